@@ -1,0 +1,75 @@
+//! Message digesting: `C_DigestInit`, `C_Digest`, `C_DigestUpdate`, `C_DigestKey`,
+//! `C_DigestFinal`.
+
+use crate::crypt::check_mechanism;
+use crate::mech;
+use crate::SoftToken;
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, Mechanism, OutBuf};
+
+impl SoftToken {
+    /// `C_DigestInit`.
+    pub fn digest_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        if st.digest.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        check_mechanism(m.mechanism, CKF_DIGEST)?;
+        st.digest = Some(mech::digest_init(m)?);
+        Ok(())
+    }
+
+    /// `C_Digest`.
+    pub fn digest(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let mut op = st.digest.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = op.one_shot(data, out);
+        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+            st.digest = Some(op);
+        }
+        r
+    }
+
+    /// `C_DigestUpdate`.
+    pub fn digest_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let op = st.digest.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = op.update(data);
+        if r.is_err() {
+            st.digest = None;
+        }
+        r
+    }
+
+    /// `C_DigestKey`: digests a secret key's value.
+    pub fn digest_key(&self, s: CK_SESSION_HANDLE, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let mut st = sess.lock();
+        if st.digest.is_none() {
+            return Err(CKR_OPERATION_NOT_INITIALIZED);
+        }
+        let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
+        if obj.class() != CKO_SECRET_KEY {
+            return Err(CKR_KEY_INDIGESTIBLE);
+        }
+        let value = obj.key().value().map_err(|_| CKR_KEY_INDIGESTIBLE)?;
+        let op = st.digest.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        op.update(value)
+    }
+
+    /// `C_DigestFinal`.
+    pub fn digest_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let mut op = st.digest.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = op.finalize(out);
+        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+            st.digest = Some(op);
+        }
+        r
+    }
+}

@@ -1,0 +1,75 @@
+//! General-purpose functions: `C_Initialize`, `C_Finalize`, `C_GetInfo`, and where the
+//! keystore lives.
+
+use crate::table::HandleTable;
+use crate::token::Token;
+use crate::SoftToken;
+use opencf_abi::sys::*;
+use opencf_abi::{pad_field, CkResult, InitArgs};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+
+/// The keystore directory: `$OPENCF_SOFTTOKEN_DIR`, else `$XDG_DATA_HOME/opencf/softtoken`,
+/// else `$HOME/.local/share/opencf/softtoken`.
+pub fn keystore_dir() -> CkResult<PathBuf> {
+    if let Some(d) = std::env::var_os("OPENCF_SOFTTOKEN_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d));
+    }
+    let data = match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let home = std::env::var_os("HOME").filter(|d| !d.is_empty()).ok_or_else(|| {
+                eprintln!("opencf-softtoken: neither OPENCF_SOFTTOKEN_DIR, XDG_DATA_HOME nor HOME is set");
+                CKR_GENERAL_ERROR
+            })?;
+            PathBuf::from(home).join(".local/share")
+        }
+    };
+    Ok(data.join("opencf/softtoken"))
+}
+
+/// Keystore file of the token in `slot`.
+pub fn token_path(dir: &std::path::Path, slot: CK_SLOT_ID) -> PathBuf {
+    dir.join(format!("token{slot}.sqlite"))
+}
+
+impl SoftToken {
+    /// `C_Initialize`: opens (or creates) the default token in slot 0, every further token
+    /// made by `C_InitToken`, and one empty slot for the next.
+    pub fn init(_args: &InitArgs) -> CkResult<SoftToken> {
+        let dir = keystore_dir()?;
+        let mut slots = vec![Arc::new(Token::open(0, token_path(&dir, 0), true)?)];
+        loop {
+            let id = slots.len() as CK_SLOT_ID;
+            let path = token_path(&dir, id);
+            let exists = path.exists();
+            slots.push(Arc::new(Token::open(id, path, false)?));
+            if !exists {
+                break;
+            }
+        }
+        Ok(SoftToken {
+            dir,
+            slots: RwLock::new(slots),
+            sessions: HandleTable::default(),
+            objects: HandleTable::default(),
+            next_session: AtomicU64::new(1),
+            next_object: AtomicU64::new(1),
+            next_uid: AtomicU64::new(1),
+            next_unique: AtomicU64::new(1),
+            epoch: AtomicU64::new(1),
+        })
+    }
+
+    /// `C_GetInfo`.
+    pub fn info(&self) -> CK_INFO {
+        CK_INFO {
+            cryptokiVersion: CK_VERSION { major: 3, minor: 2 },
+            manufacturerID: pad_field("OpenCF"),
+            flags: 0,
+            libraryDescription: pad_field("OpenCF software token"),
+            libraryVersion: CK_VERSION { major: 0, minor: 1 },
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! Object management: `C_CreateObject`, `C_CopyObject`, `C_DestroyObject`,
+//! `C_GetObjectSize`, `C_GetAttributeValue`, `C_SetAttributeValue`, `C_FindObjects*`.
+
+use crate::attrs::{self, AttrMap, AttrMapExt};
+use crate::mech::{self, Key, KeyCache};
+use crate::policy::{self, Origin};
+use crate::session::Session;
+use crate::token::{store_err, Token, LOGGED_SO};
+use crate::SoftToken;
+use opencf_abi::sys::*;
+use opencf_abi::{AttrValue, Attribute, CkResult};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// An object in memory. Objects are immutable: a change builds a new `Object` (with a new
+/// `uid` and an empty key cache) under the same handle.
+pub struct Object {
+    /// Its handle.
+    pub handle: CK_OBJECT_HANDLE,
+    /// The slot of its token.
+    pub slot: CK_SLOT_ID,
+    /// Unique per version of the object in this process.
+    pub uid: u64,
+    /// All attributes.
+    pub attrs: AttrMap,
+    /// Parsed key material, filled on first use.
+    pub cache: KeyCache,
+    /// Keystore id of a token object.
+    pub store_id: Option<i64>,
+    /// The session that owns a session object.
+    pub owner: Option<CK_SESSION_HANDLE>,
+}
+
+impl Object {
+    /// A new in-memory object.
+    pub fn new(
+        st: &SoftToken,
+        handle: CK_OBJECT_HANDLE,
+        slot: CK_SLOT_ID,
+        attrs: AttrMap,
+        store_id: Option<i64>,
+        owner: Option<CK_SESSION_HANDLE>,
+    ) -> Object {
+        Object {
+            handle,
+            slot,
+            uid: st.next_uid.fetch_add(1, Ordering::Relaxed),
+            attrs,
+            cache: KeyCache::default(),
+            store_id,
+            owner,
+        }
+    }
+    /// A token (persistent) object.
+    pub fn is_token(&self) -> bool {
+        self.store_id.is_some()
+    }
+    /// A private object (visible only to the logged-in user).
+    pub fn is_private(&self) -> bool {
+        Token::attrs_private(&self.attrs)
+    }
+    /// `CKA_CLASS`.
+    pub fn class(&self) -> CK_OBJECT_CLASS {
+        self.attrs.ulong(CKA_CLASS).ok().flatten().unwrap_or(CK_UNAVAILABLE_INFORMATION)
+    }
+    /// The crypto layer's view.
+    pub fn key(&self) -> Key<'_> {
+        Key { attrs: &self.attrs, cache: &self.cache }
+    }
+}
+
+impl SoftToken {
+    /// The object `h` as seen from session `sess` (its token, visible to its login state);
+    /// absent → `missing`.
+    pub fn visible_object(
+        &self,
+        sess: &Session,
+        h: CK_OBJECT_HANDLE,
+        missing: CK_RV,
+    ) -> CkResult<Arc<Object>> {
+        let obj = match self.objects.get(h) {
+            Some(o) => o,
+            None => {
+                // Perhaps another process created it: look again after a refresh.
+                sess.token.refresh(self, false)?;
+                self.objects.get(h).ok_or(missing)?
+            }
+        };
+        if obj.slot != sess.slot || (obj.is_private() && !sess.token.user_logged_in()) {
+            return Err(missing);
+        }
+        Ok(obj)
+    }
+
+    /// Checks that `sess` may create or change an object with these storage attributes.
+    fn check_writable(&self, sess: &Session, token: bool, private: bool) -> CkResult<()> {
+        if token && !sess.rw {
+            return Err(CKR_SESSION_READ_ONLY);
+        }
+        if private && !sess.token.user_logged_in() {
+            return Err(CKR_USER_NOT_LOGGED_IN);
+        }
+        Ok(())
+    }
+
+    /// Stores a complete attribute set as a new object (session or token) and returns its
+    /// handle. Token objects are durable when this returns.
+    pub fn store_object(&self, sess: &Session, attrs: AttrMap) -> CkResult<CK_OBJECT_HANDLE> {
+        let token = attrs.is_true(CKA_TOKEN);
+        let private = Token::attrs_private(&attrs);
+        self.check_writable(sess, token, private)?;
+        let handle = self.new_object_handle();
+        let mut attrs = attrs;
+        attrs.insert(CKA_UNIQUE_ID, format!("{:016x}", self.new_unique_id()).into_bytes());
+        if token {
+            let store = sess.token.store()?;
+            let mk = sess.token.master_key();
+            let id = store.insert_object(private, &attrs, mk.as_ref()).map_err(store_err)?;
+            self.objects.insert(handle, Arc::new(Object::new(self, handle, sess.slot, attrs, Some(id), None)));
+            sess.token.note_written(id, handle);
+        } else {
+            self.objects.insert(
+                handle,
+                Arc::new(Object::new(self, handle, sess.slot, attrs, None, Some(sess.handle))),
+            );
+        }
+        Ok(handle)
+    }
+
+    /// Builds a new key or object from a template: policy checks, defaults, key material
+    /// checks. `material` (from key generation, unwrap, derive) is merged over the template.
+    pub fn build_object(
+        &self,
+        template: &AttrMap,
+        material: AttrMap,
+        origin: Origin,
+        default_class: Option<CK_OBJECT_CLASS>,
+    ) -> CkResult<AttrMap> {
+        let class = match (template.ulong(CKA_CLASS)?, material.ulong(CKA_CLASS)?) {
+            (Some(a), Some(b)) if a != b => return Err(CKR_TEMPLATE_INCONSISTENT),
+            (Some(a), _) | (None, Some(a)) => a,
+            (None, None) => default_class.ok_or(CKR_TEMPLATE_INCOMPLETE)?,
+        };
+        if !matches!(
+            class,
+            CKO_DATA | CKO_CERTIFICATE | CKO_PUBLIC_KEY | CKO_PRIVATE_KEY | CKO_SECRET_KEY
+        ) {
+            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+        }
+        policy::check_template(template, class)?;
+        if let (Some(a), Some(b)) = (template.ulong(CKA_KEY_TYPE)?, material.ulong(CKA_KEY_TYPE)?) {
+            if a != b {
+                return Err(CKR_TEMPLATE_INCONSISTENT);
+            }
+        }
+        let mut attrs = template.clone();
+        for (t, v) in material {
+            if t == CKA_VALUE_LEN && class == CKO_SECRET_KEY {
+                if let Some(want) = template.ulong(CKA_VALUE_LEN)? {
+                    if want.to_ne_bytes().as_slice() != v.as_slice() {
+                        return Err(CKR_TEMPLATE_INCONSISTENT);
+                    }
+                }
+            }
+            attrs.insert(t, v);
+        }
+        attrs.set_ulong(CKA_CLASS, class);
+        if matches!(class, CKO_PUBLIC_KEY | CKO_PRIVATE_KEY | CKO_SECRET_KEY) {
+            let key_type = attrs.ulong(CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+            if origin == Origin::Created || origin == Origin::Derived {
+                mech::complete_key(class, key_type, &mut attrs)?;
+            }
+        }
+        if class == CKO_CERTIFICATE {
+            let ct = attrs.ulong(CKA_CERTIFICATE_TYPE)?.unwrap_or(CKC_X_509);
+            if ct != CKC_X_509 {
+                return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+            }
+            if !attrs.contains_key(&CKA_VALUE) {
+                return Err(CKR_TEMPLATE_INCOMPLETE);
+            }
+        }
+        policy::apply_defaults(&mut attrs, class, origin);
+        Ok(attrs)
+    }
+
+    /// `C_CreateObject`.
+    pub fn create_object(&self, s: CK_SESSION_HANDLE, template: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let t = attrs::from_template(template)?;
+        let attrs = self.build_object(&t, AttrMap::new(), Origin::Created, None)?;
+        self.store_object(&sess, attrs)
+    }
+
+    /// `C_CopyObject`.
+    pub fn copy_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        h: CK_OBJECT_HANDLE,
+        template: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
+        if !obj.attrs.flag(CKA_COPYABLE)?.unwrap_or(true) {
+            return Err(CKR_ACTION_PROHIBITED);
+        }
+        let t = attrs::from_template(template)?;
+        let so = sess.token.login() == LOGGED_SO;
+        let mut attrs = obj.attrs.clone();
+        for (k, v) in &t {
+            policy::check_change(&obj.attrs, *k, v, so, true)?;
+        }
+        for (k, v) in t {
+            attrs.insert(k, v);
+        }
+        attrs.remove(&CKA_UNIQUE_ID);
+        self.store_object(&sess, attrs)
+    }
+
+    /// `C_DestroyObject`.
+    pub fn destroy_object(&self, s: CK_SESSION_HANDLE, h: CK_OBJECT_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
+        if !obj.attrs.flag(CKA_DESTROYABLE)?.unwrap_or(true) {
+            return Err(CKR_ACTION_PROHIBITED);
+        }
+        self.check_writable(&sess, obj.is_token(), false)?;
+        if let Some(id) = obj.store_id {
+            sess.token.store()?.delete_object(id).map_err(store_err)?;
+            sess.token.note_deleted(id);
+        }
+        self.objects.remove(h);
+        self.bump_epoch();
+        Ok(())
+    }
+
+    /// `C_GetObjectSize`: the bytes its attributes take.
+    pub fn get_object_size(&self, s: CK_SESSION_HANDLE, h: CK_OBJECT_HANDLE) -> CkResult<CK_ULONG> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
+        Ok(obj.attrs.values().map(|v| v.len() as CK_ULONG + 16).sum())
+    }
+
+    /// `C_GetAttributeValue`.
+    pub fn get_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        h: CK_OBJECT_HANDLE,
+        types: &[CK_ATTRIBUTE_TYPE],
+    ) -> CkResult<Vec<AttrValue>> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
+        Ok(types
+            .iter()
+            .map(|t| match obj.attrs.get(t) {
+                None => AttrValue::Invalid,
+                Some(_) if policy::is_hidden(&obj.attrs, *t) => AttrValue::Sensitive,
+                Some(v) => AttrValue::Value(v.clone()),
+            })
+            .collect())
+    }
+
+    /// `C_SetAttributeValue`.
+    pub fn set_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        h: CK_OBJECT_HANDLE,
+        template: &[Attribute],
+    ) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
+        if !obj.attrs.flag(CKA_MODIFIABLE)?.unwrap_or(true) {
+            return Err(CKR_ACTION_PROHIBITED);
+        }
+        self.check_writable(&sess, obj.is_token(), false)?;
+        let t = attrs::from_template(template)?;
+        let so = sess.token.login() == LOGGED_SO;
+        for (k, v) in &t {
+            policy::check_change(&obj.attrs, *k, v, so, false)?;
+        }
+        let mut attrs = obj.attrs.clone();
+        for (k, v) in t {
+            attrs.insert(k, v);
+        }
+        if let Some(id) = obj.store_id {
+            let mk = sess.token.master_key();
+            sess.token
+                .store()?
+                .update_object(id, obj.is_private(), &attrs, mk.as_ref())
+                .map_err(store_err)?;
+            sess.token.note_written(id, h);
+        }
+        self.objects.insert(h, Arc::new(Object::new(self, h, obj.slot, attrs, obj.store_id, obj.owner)));
+        self.bump_epoch();
+        Ok(())
+    }
+
+    /// `C_FindObjectsInit`.
+    pub fn find_objects_init(&self, s: CK_SESSION_HANDLE, template: &[Attribute]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let mut st = sess.lock();
+        if st.find.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let t: Vec<(CK_ATTRIBUTE_TYPE, Vec<u8>)> =
+            template.iter().map(|a| (a.kind, a.value.clone())).collect();
+        sess.token.refresh(self, false)?;
+        let logged_in = sess.token.user_logged_in();
+        let mut found: Vec<CK_OBJECT_HANDLE> = self
+            .objects
+            .filter(|o| {
+                o.slot == sess.slot
+                    && (logged_in || !o.is_private())
+                    && policy::matches(&o.attrs, &t)
+            })
+            .iter()
+            .map(|o| o.handle)
+            .collect();
+        found.sort_unstable();
+        found.reverse();
+        st.find = Some(found);
+        Ok(())
+    }
+
+    /// `C_FindObjects`.
+    pub fn find_objects(&self, s: CK_SESSION_HANDLE, max: usize) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let found = st.find.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let n = max.min(found.len());
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            if let Some(h) = found.pop() {
+                out.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `C_FindObjectsFinal`.
+    pub fn find_objects_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        st.find.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,453 @@
+//! Attribute policy: defaults, what a template may set, what may change later, and what is
+//! never revealed. The rules follow PKCS#11 3.2 §4 (storage, key, public/private/secret key
+//! objects); where the specification leaves a default to the token, the choice is documented in
+//! docs/SOFTTOKEN.md.
+
+use crate::attrs::{AttrMap, AttrMapExt};
+use opencf_abi::sys::*;
+use opencf_abi::CkResult;
+
+/// Attributes only the token sets.
+const TOKEN_SET: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_LOCAL,
+    CKA_ALWAYS_SENSITIVE,
+    CKA_NEVER_EXTRACTABLE,
+    CKA_KEY_GEN_MECHANISM,
+    CKA_UNIQUE_ID,
+];
+
+/// Attributes of every storage object.
+const STORAGE: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_CLASS,
+    CKA_TOKEN,
+    CKA_PRIVATE,
+    CKA_MODIFIABLE,
+    CKA_COPYABLE,
+    CKA_DESTROYABLE,
+    CKA_LABEL,
+    CKA_UNIQUE_ID,
+];
+
+/// Attributes common to all keys.
+const KEY: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_KEY_TYPE,
+    CKA_ID,
+    CKA_START_DATE,
+    CKA_END_DATE,
+    CKA_DERIVE,
+    CKA_LOCAL,
+    CKA_KEY_GEN_MECHANISM,
+    CKA_ALLOWED_MECHANISMS,
+];
+
+const PUBLIC: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_SUBJECT,
+    CKA_ENCRYPT,
+    CKA_VERIFY,
+    CKA_VERIFY_RECOVER,
+    CKA_WRAP,
+    CKA_TRUSTED,
+    CKA_WRAP_TEMPLATE,
+    CKA_PUBLIC_KEY_INFO,
+    CKA_ENCAPSULATE,
+    CKA_ENCAPSULATE_TEMPLATE,
+];
+
+const PRIVATE: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_SUBJECT,
+    CKA_SENSITIVE,
+    CKA_DECRYPT,
+    CKA_SIGN,
+    CKA_SIGN_RECOVER,
+    CKA_UNWRAP,
+    CKA_EXTRACTABLE,
+    CKA_ALWAYS_SENSITIVE,
+    CKA_NEVER_EXTRACTABLE,
+    CKA_WRAP_WITH_TRUSTED,
+    CKA_UNWRAP_TEMPLATE,
+    CKA_ALWAYS_AUTHENTICATE,
+    CKA_PUBLIC_KEY_INFO,
+    CKA_DECAPSULATE,
+    CKA_DECAPSULATE_TEMPLATE,
+];
+
+const SECRET: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_SENSITIVE,
+    CKA_ENCRYPT,
+    CKA_DECRYPT,
+    CKA_SIGN,
+    CKA_VERIFY,
+    CKA_WRAP,
+    CKA_UNWRAP,
+    CKA_EXTRACTABLE,
+    CKA_ALWAYS_SENSITIVE,
+    CKA_NEVER_EXTRACTABLE,
+    CKA_CHECK_VALUE,
+    CKA_WRAP_WITH_TRUSTED,
+    CKA_TRUSTED,
+    CKA_WRAP_TEMPLATE,
+    CKA_UNWRAP_TEMPLATE,
+    CKA_DERIVE_TEMPLATE,
+    CKA_VALUE,
+    CKA_VALUE_LEN,
+];
+
+/// Key-material attributes by key type (public and private parts together).
+const MATERIAL: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_MODULUS,
+    CKA_MODULUS_BITS,
+    CKA_PUBLIC_EXPONENT,
+    CKA_PRIVATE_EXPONENT,
+    CKA_PRIME_1,
+    CKA_PRIME_2,
+    CKA_EXPONENT_1,
+    CKA_EXPONENT_2,
+    CKA_COEFFICIENT,
+    CKA_EC_PARAMS,
+    CKA_EC_POINT,
+    CKA_VALUE,
+    CKA_PARAMETER_SET,
+    CKA_SEED,
+];
+
+const DATA: &[CK_ATTRIBUTE_TYPE] = &[CKA_APPLICATION, CKA_OBJECT_ID, CKA_VALUE];
+
+const CERT: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_CERTIFICATE_TYPE,
+    CKA_TRUSTED,
+    CKA_CERTIFICATE_CATEGORY,
+    CKA_CHECK_VALUE,
+    CKA_START_DATE,
+    CKA_END_DATE,
+    CKA_PUBLIC_KEY_INFO,
+    CKA_SUBJECT,
+    CKA_ID,
+    CKA_ISSUER,
+    CKA_SERIAL_NUMBER,
+    CKA_VALUE,
+    CKA_URL,
+    CKA_HASH_OF_SUBJECT_PUBLIC_KEY,
+    CKA_HASH_OF_ISSUER_PUBLIC_KEY,
+    CKA_JAVA_MIDP_SECURITY_DOMAIN,
+    CKA_NAME_HASH_ALGORITHM,
+];
+
+/// Attributes that are secret in a private or secret key.
+pub const SENSITIVE_ATTRS: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_PRIVATE_EXPONENT,
+    CKA_PRIME_1,
+    CKA_PRIME_2,
+    CKA_EXPONENT_1,
+    CKA_EXPONENT_2,
+    CKA_COEFFICIENT,
+    CKA_VALUE,
+    CKA_SEED,
+];
+
+/// Attributes `C_SetAttributeValue` may change (subject to the special rules below).
+const CHANGEABLE: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_LABEL,
+    CKA_ID,
+    CKA_START_DATE,
+    CKA_END_DATE,
+    CKA_SUBJECT,
+    CKA_ENCRYPT,
+    CKA_DECRYPT,
+    CKA_SIGN,
+    CKA_VERIFY,
+    CKA_SIGN_RECOVER,
+    CKA_VERIFY_RECOVER,
+    CKA_WRAP,
+    CKA_UNWRAP,
+    CKA_DERIVE,
+    CKA_ENCAPSULATE,
+    CKA_DECAPSULATE,
+    CKA_SENSITIVE,
+    CKA_EXTRACTABLE,
+    CKA_COPYABLE,
+    CKA_DESTROYABLE,
+    CKA_APPLICATION,
+    CKA_OBJECT_ID,
+    CKA_TRUSTED,
+    CKA_WRAP_WITH_TRUSTED,
+    CKA_ALLOWED_MECHANISMS,
+    CKA_ISSUER,
+    CKA_SERIAL_NUMBER,
+    CKA_URL,
+    CKA_CERTIFICATE_CATEGORY,
+];
+
+/// Whether attribute `t` can belong to an object of class `class`.
+pub fn allowed(class: CK_OBJECT_CLASS, t: CK_ATTRIBUTE_TYPE) -> bool {
+    if STORAGE.contains(&t) || (t & CKA_VENDOR_DEFINED) != 0 {
+        return true;
+    }
+    match class {
+        CKO_DATA => DATA.contains(&t),
+        CKO_CERTIFICATE => CERT.contains(&t),
+        CKO_PUBLIC_KEY => KEY.contains(&t) || PUBLIC.contains(&t) || MATERIAL.contains(&t),
+        CKO_PRIVATE_KEY => KEY.contains(&t) || PRIVATE.contains(&t) || MATERIAL.contains(&t),
+        CKO_SECRET_KEY => KEY.contains(&t) || SECRET.contains(&t),
+        _ => false,
+    }
+}
+
+/// How an object comes to be, for the defaults it gets.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Origin {
+    /// `C_CreateObject`.
+    Created,
+    /// `C_GenerateKey`/`C_GenerateKeyPair` with this mechanism.
+    Generated(CK_MECHANISM_TYPE),
+    /// `C_UnwrapKey`, `C_DeriveKey`, `C_DecapsulateKey`, `C_EncapsulateKey`.
+    Derived,
+}
+
+/// Checks a caller template before an object is made: known class, attributes that belong to
+/// the class, none of the token-set ones, well-formed booleans and CK_ULONGs.
+pub fn check_template(attrs: &AttrMap, class: CK_OBJECT_CLASS) -> CkResult<()> {
+    for (&t, v) in attrs {
+        if TOKEN_SET.contains(&t) {
+            return Err(CKR_ATTRIBUTE_READ_ONLY);
+        }
+        if !allowed(class, t) {
+            return Err(CKR_ATTRIBUTE_TYPE_INVALID);
+        }
+        if is_bool_attr(t) && v.len() != 1 {
+            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+        }
+        if is_ulong_attr(t) && v.len() != std::mem::size_of::<CK_ULONG>() {
+            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+        }
+    }
+    Ok(())
+}
+
+/// `CK_BBOOL` attributes.
+pub fn is_bool_attr(t: CK_ATTRIBUTE_TYPE) -> bool {
+    matches!(
+        t,
+        CKA_TOKEN
+            | CKA_PRIVATE
+            | CKA_MODIFIABLE
+            | CKA_COPYABLE
+            | CKA_DESTROYABLE
+            | CKA_DERIVE
+            | CKA_LOCAL
+            | CKA_ENCRYPT
+            | CKA_DECRYPT
+            | CKA_SIGN
+            | CKA_VERIFY
+            | CKA_SIGN_RECOVER
+            | CKA_VERIFY_RECOVER
+            | CKA_WRAP
+            | CKA_UNWRAP
+            | CKA_TRUSTED
+            | CKA_SENSITIVE
+            | CKA_EXTRACTABLE
+            | CKA_ALWAYS_SENSITIVE
+            | CKA_NEVER_EXTRACTABLE
+            | CKA_WRAP_WITH_TRUSTED
+            | CKA_ALWAYS_AUTHENTICATE
+            | CKA_ENCAPSULATE
+            | CKA_DECAPSULATE
+    )
+}
+
+/// `CK_ULONG` attributes.
+pub fn is_ulong_attr(t: CK_ATTRIBUTE_TYPE) -> bool {
+    matches!(
+        t,
+        CKA_CLASS
+            | CKA_KEY_TYPE
+            | CKA_CERTIFICATE_TYPE
+            | CKA_CERTIFICATE_CATEGORY
+            | CKA_MODULUS_BITS
+            | CKA_VALUE_LEN
+            | CKA_KEY_GEN_MECHANISM
+            | CKA_PARAMETER_SET
+            | CKA_JAVA_MIDP_SECURITY_DOMAIN
+            | CKA_NAME_HASH_ALGORITHM
+    )
+}
+
+/// Fills the defaults of a new object (caller values win) and the token-set attributes.
+pub fn apply_defaults(attrs: &mut AttrMap, class: CK_OBJECT_CLASS, origin: Origin) {
+    let mut def = |t: CK_ATTRIBUTE_TYPE, v: Vec<u8>| {
+        attrs.entry(t).or_insert(v);
+    };
+    let f = |b: bool| vec![b as u8];
+    def(CKA_CLASS, class.to_ne_bytes().to_vec());
+    def(CKA_TOKEN, f(false));
+    def(
+        CKA_PRIVATE,
+        f(matches!(class, CKO_PRIVATE_KEY | CKO_SECRET_KEY)),
+    );
+    def(CKA_MODIFIABLE, f(true));
+    def(CKA_COPYABLE, f(true));
+    def(CKA_DESTROYABLE, f(true));
+    def(CKA_LABEL, Vec::new());
+    match class {
+        CKO_DATA => {
+            def(CKA_APPLICATION, Vec::new());
+            def(CKA_OBJECT_ID, Vec::new());
+            def(CKA_VALUE, Vec::new());
+        }
+        CKO_CERTIFICATE => {
+            def(CKA_CERTIFICATE_TYPE, CKC_X_509.to_ne_bytes().to_vec());
+            def(CKA_TRUSTED, f(false));
+            def(CKA_CERTIFICATE_CATEGORY, 0u64.to_ne_bytes().to_vec());
+            def(CKA_SUBJECT, Vec::new());
+            def(CKA_ID, Vec::new());
+            def(CKA_ISSUER, Vec::new());
+            def(CKA_SERIAL_NUMBER, Vec::new());
+            def(CKA_START_DATE, Vec::new());
+            def(CKA_END_DATE, Vec::new());
+        }
+        CKO_PUBLIC_KEY | CKO_PRIVATE_KEY | CKO_SECRET_KEY => {
+            def(CKA_ID, Vec::new());
+            def(CKA_START_DATE, Vec::new());
+            def(CKA_END_DATE, Vec::new());
+            def(CKA_DERIVE, f(false));
+            def(CKA_ALLOWED_MECHANISMS, Vec::new());
+            let (local, gen) = match origin {
+                Origin::Generated(m) => (true, m),
+                _ => (false, CK_UNAVAILABLE_INFORMATION),
+            };
+            attrs.set_flag(CKA_LOCAL, local);
+            attrs.set_ulong(CKA_KEY_GEN_MECHANISM, gen);
+            let mut def = |t: CK_ATTRIBUTE_TYPE, v: Vec<u8>| {
+                attrs.entry(t).or_insert(v);
+            };
+            match class {
+                CKO_PUBLIC_KEY => {
+                    def(CKA_SUBJECT, Vec::new());
+                    def(CKA_ENCRYPT, f(true));
+                    def(CKA_VERIFY, f(true));
+                    def(CKA_VERIFY_RECOVER, f(true));
+                    def(CKA_WRAP, f(true));
+                    def(CKA_TRUSTED, f(false));
+                    def(CKA_ENCAPSULATE, f(true));
+                }
+                CKO_PRIVATE_KEY => {
+                    def(CKA_SUBJECT, Vec::new());
+                    def(CKA_SENSITIVE, f(true));
+                    def(CKA_DECRYPT, f(true));
+                    def(CKA_SIGN, f(true));
+                    def(CKA_SIGN_RECOVER, f(true));
+                    def(CKA_UNWRAP, f(true));
+                    def(CKA_EXTRACTABLE, f(true));
+                    def(CKA_WRAP_WITH_TRUSTED, f(false));
+                    def(CKA_ALWAYS_AUTHENTICATE, f(false));
+                    def(CKA_DECAPSULATE, f(true));
+                }
+                _ => {
+                    def(CKA_SENSITIVE, f(false));
+                    def(CKA_ENCRYPT, f(true));
+                    def(CKA_DECRYPT, f(true));
+                    def(CKA_SIGN, f(true));
+                    def(CKA_VERIFY, f(true));
+                    def(CKA_WRAP, f(true));
+                    def(CKA_UNWRAP, f(true));
+                    def(CKA_EXTRACTABLE, f(true));
+                    def(CKA_WRAP_WITH_TRUSTED, f(false));
+                    def(CKA_TRUSTED, f(false));
+                }
+            }
+            if class != CKO_PUBLIC_KEY {
+                let generated = matches!(origin, Origin::Generated(_));
+                let sensitive = attrs.is_true(CKA_SENSITIVE);
+                let extractable = attrs.is_true(CKA_EXTRACTABLE);
+                attrs.set_flag(CKA_ALWAYS_SENSITIVE, generated && sensitive);
+                attrs.set_flag(CKA_NEVER_EXTRACTABLE, generated && !extractable);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether `t` of this object must not be revealed by `C_GetAttributeValue`.
+pub fn is_hidden(attrs: &AttrMap, t: CK_ATTRIBUTE_TYPE) -> bool {
+    let class = attrs.ulong(CKA_CLASS).ok().flatten();
+    if !matches!(class, Some(CKO_PRIVATE_KEY) | Some(CKO_SECRET_KEY)) {
+        return false;
+    }
+    if !SENSITIVE_ATTRS.contains(&t) {
+        return false;
+    }
+    attrs.is_true(CKA_SENSITIVE) || !attrs.is_true(CKA_EXTRACTABLE)
+}
+
+/// Checks one change of `C_SetAttributeValue` (or of a `C_CopyObject` template) against the
+/// current attributes; `so` tells whether the SO is logged in (only the SO may set
+/// `CKA_TRUSTED`).
+pub fn check_change(
+    current: &AttrMap,
+    t: CK_ATTRIBUTE_TYPE,
+    new: &[u8],
+    so: bool,
+    copying: bool,
+) -> CkResult<()> {
+    let class = current.ulong(CKA_CLASS)?.unwrap_or(CKO_DATA);
+    if !allowed(class, t) {
+        return Err(CKR_ATTRIBUTE_TYPE_INVALID);
+    }
+    if current.get(&t).map(|v| v.as_slice()) == Some(new) {
+        return Ok(());
+    }
+    let copy_ok = copying && matches!(t, CKA_TOKEN | CKA_PRIVATE | CKA_MODIFIABLE);
+    if !CHANGEABLE.contains(&t) && !copy_ok {
+        return Err(CKR_ATTRIBUTE_READ_ONLY);
+    }
+    if is_bool_attr(t) && new.len() != 1 {
+        return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+    }
+    let v = new.first().copied().unwrap_or(0) != 0;
+    match t {
+        // Once sensitive, always sensitive; once unextractable, always unextractable.
+        CKA_SENSITIVE if !v => Err(CKR_ATTRIBUTE_READ_ONLY),
+        CKA_EXTRACTABLE if v => Err(CKR_ATTRIBUTE_READ_ONLY),
+        // COPYABLE and DESTROYABLE may only be turned off.
+        CKA_COPYABLE | CKA_DESTROYABLE if v => Err(CKR_ATTRIBUTE_READ_ONLY),
+        CKA_MODIFIABLE if copying && v && !current.is_true(CKA_MODIFIABLE) => {
+            Err(CKR_ATTRIBUTE_READ_ONLY)
+        }
+        CKA_TRUSTED if v && !so => Err(CKR_ATTRIBUTE_READ_ONLY),
+        CKA_VALUE if class != CKO_DATA => Err(CKR_ATTRIBUTE_READ_ONLY),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `obj` matches every attribute of a search template.
+pub fn matches(obj: &AttrMap, template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)]) -> bool {
+    template
+        .iter()
+        .all(|(t, v)| obj.get(t).is_some_and(|have| have == v) && !is_hidden(obj, *t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sensitive_cannot_be_cleared_nor_extractable_set() {
+        let mut a = AttrMap::new();
+        apply_defaults(&mut a, CKO_SECRET_KEY, Origin::Created);
+        a.set_flag(CKA_SENSITIVE, true);
+        a.set_flag(CKA_EXTRACTABLE, false);
+        assert_eq!(check_change(&a, CKA_SENSITIVE, &[0], false, false), Err(CKR_ATTRIBUTE_READ_ONLY));
+        assert_eq!(check_change(&a, CKA_EXTRACTABLE, &[1], false, false), Err(CKR_ATTRIBUTE_READ_ONLY));
+        assert_eq!(check_change(&a, CKA_LABEL, b"x", false, false), Ok(()));
+        assert!(is_hidden(&a, CKA_VALUE));
+    }
+
+    #[test]
+    fn token_set_attributes_are_refused() {
+        let mut a = AttrMap::new();
+        a.set_flag(CKA_LOCAL, true);
+        assert_eq!(check_template(&a, CKO_SECRET_KEY), Err(CKR_ATTRIBUTE_READ_ONLY));
+        let mut b = AttrMap::new();
+        b.set_ulong(CKA_MODULUS_BITS, 2048);
+        assert_eq!(check_template(&b, CKO_SECRET_KEY), Err(CKR_ATTRIBUTE_TYPE_INVALID));
+    }
+}

@@ -1,0 +1,344 @@
+//! Session management: `C_OpenSession`, `C_CloseSession`, `C_CloseAllSessions`,
+//! `C_GetSessionInfo`, `C_SessionCancel`, `C_GetOperationState`, `C_SetOperationState`,
+//! `C_Login`, `C_LoginUser`, `C_Logout`.
+
+use crate::mech::{self, CipherOp, DigestOp, MessageOp, SignOp, VerifyOp};
+use crate::object::Object;
+use crate::token::{store_err, Token, LOGGED_OUT, LOGGED_SO, LOGGED_USER};
+use crate::SoftToken;
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, Mechanism, OutBuf};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A cipher context kept after its operation ended, for reuse by the next operation with the
+/// same key and mechanism (its key schedule stays valid).
+pub struct SpareCipher {
+    /// `Object::uid` of the key.
+    pub key_uid: u64,
+    /// Mechanism type.
+    pub mechanism: CK_MECHANISM_TYPE,
+    /// Encrypting (true) or decrypting.
+    pub encrypt: bool,
+    /// The context.
+    pub op: Box<dyn CipherOp>,
+}
+
+/// A sign-or-verify-recover operation (single-part only).
+pub struct RecoverOp {
+    /// Mechanism.
+    pub mech: Mechanism,
+    /// Key.
+    pub key: Arc<Object>,
+}
+
+/// A signature operation, with the context-specific login it may need.
+pub struct SignState {
+    /// The running operation.
+    pub op: Box<dyn SignOp>,
+    /// The key has `CKA_ALWAYS_AUTHENTICATE`: `C_Login(CKU_CONTEXT_SPECIFIC)` is needed first.
+    pub needs_auth: bool,
+}
+
+/// The active operations of a session.
+#[derive(Default)]
+pub struct OpState {
+    /// Remaining results of `C_FindObjects*`, last first.
+    pub find: Option<Vec<CK_OBJECT_HANDLE>>,
+    /// Encryption.
+    pub encrypt: Option<(u64, CK_MECHANISM_TYPE, Box<dyn CipherOp>)>,
+    /// Decryption.
+    pub decrypt: Option<(u64, CK_MECHANISM_TYPE, Box<dyn CipherOp>)>,
+    /// Digest.
+    pub digest: Option<Box<dyn DigestOp>>,
+    /// Signature or MAC.
+    pub sign: Option<SignState>,
+    /// Verification.
+    pub verify: Option<Box<dyn VerifyOp>>,
+    /// `C_VerifySignature*` (3.2): the operation and the signature given at init.
+    pub verify_signature: Option<(Box<dyn VerifyOp>, Vec<u8>)>,
+    /// Sign with recovery.
+    pub sign_recover: Option<RecoverOp>,
+    /// Verify with recovery.
+    pub verify_recover: Option<RecoverOp>,
+    /// Message-based encryption.
+    pub message_encrypt: Option<Box<dyn MessageOp>>,
+    /// Message-based decryption.
+    pub message_decrypt: Option<Box<dyn MessageOp>>,
+    /// Reusable cipher context.
+    pub spare: Option<SpareCipher>,
+    /// Objects this session used, with the object epoch they were looked up in.
+    pub key_cache: HashMap<CK_OBJECT_HANDLE, Arc<Object>>,
+    /// Epoch of `key_cache`.
+    pub key_cache_epoch: u64,
+    /// A context-specific login was done for the current signature.
+    pub context_auth: bool,
+}
+
+/// An open session.
+pub struct Session {
+    /// Its handle.
+    pub handle: CK_SESSION_HANDLE,
+    /// Its slot.
+    pub slot: CK_SLOT_ID,
+    /// Its token.
+    pub token: Arc<Token>,
+    /// Read/write session.
+    pub rw: bool,
+    /// `CKF_*` flags given at open.
+    pub flags: CK_FLAGS,
+    state: Mutex<OpState>,
+}
+
+impl Session {
+    /// Locks the session's operation state (uncontended unless two threads share a session).
+    pub fn lock(&self) -> MutexGuard<'_, OpState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `CKR_PIN_EXPIRED` while the user is logged in with a PIN that must be changed.
+    pub fn check_pin_ok(&self) -> CkResult<()> {
+        if self.token.pin_expired.load(Ordering::Relaxed) {
+            return Err(CKR_PIN_EXPIRED);
+        }
+        Ok(())
+    }
+
+    /// `CKS_*` state.
+    pub fn state(&self) -> CK_STATE {
+        match (self.token.login(), self.rw) {
+            (LOGGED_USER, true) => CKS_RW_USER_FUNCTIONS,
+            (LOGGED_USER, false) => CKS_RO_USER_FUNCTIONS,
+            (LOGGED_SO, _) => CKS_RW_SO_FUNCTIONS,
+            (_, true) => CKS_RW_PUBLIC_SESSION,
+            (_, false) => CKS_RO_PUBLIC_SESSION,
+        }
+    }
+}
+
+impl SoftToken {
+    /// The session `h`.
+    pub fn session(&self, h: CK_SESSION_HANDLE) -> CkResult<Arc<Session>> {
+        self.sessions.get(h).ok_or(CKR_SESSION_HANDLE_INVALID)
+    }
+
+    /// A key object for an operation, through the session's cache of looked-up objects
+    /// (no shared table access on the hot path while nothing changes).
+    pub fn op_key(
+        &self,
+        sess: &Session,
+        st: &mut OpState,
+        h: CK_OBJECT_HANDLE,
+        missing: CK_RV,
+    ) -> CkResult<Arc<Object>> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if st.key_cache_epoch != epoch {
+            st.key_cache.clear();
+            st.key_cache_epoch = epoch;
+        }
+        if let Some(o) = st.key_cache.get(&h) {
+            if !o.is_private() || sess.token.user_logged_in() {
+                return Ok(o.clone());
+            }
+            return Err(missing);
+        }
+        let o = self.visible_object(sess, h, missing)?;
+        if st.key_cache.len() > 256 {
+            st.key_cache.clear();
+        }
+        st.key_cache.insert(h, o.clone());
+        Ok(o)
+    }
+
+    /// `C_OpenSession`.
+    pub fn open_session(&self, slot: CK_SLOT_ID, flags: CK_FLAGS) -> CkResult<CK_SESSION_HANDLE> {
+        if flags & CKF_SERIAL_SESSION == 0 {
+            return Err(CKR_SESSION_PARALLEL_NOT_SUPPORTED);
+        }
+        let token = self.token(slot)?;
+        if !token.initialized() {
+            return Err(CKR_TOKEN_NOT_RECOGNIZED);
+        }
+        let rw = flags & CKF_RW_SESSION != 0;
+        if !rw && token.login() == LOGGED_SO {
+            return Err(CKR_SESSION_READ_WRITE_SO_EXISTS);
+        }
+        token.refresh(self, false)?;
+        let handle = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let sess = Session { handle, slot, token, rw, flags, state: Mutex::new(OpState::default()) };
+        self.sessions.insert(handle, Arc::new(sess));
+        Ok(handle)
+    }
+
+    /// Ends a session: its session objects go, and the last session of a token logs out.
+    fn end_session(&self, sess: &Session) {
+        self.sessions.remove(sess.handle);
+        let removed = self.objects.remove_where(|o| o.owner == Some(sess.handle));
+        if !removed.is_empty() {
+            self.bump_epoch();
+        }
+        let others = self.sessions.filter(|s| s.slot == sess.slot);
+        if others.is_empty() {
+            self.logout_token(&sess.token);
+        }
+    }
+
+    /// `C_CloseSession`.
+    pub fn close_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        self.end_session(&sess);
+        Ok(())
+    }
+
+    /// `C_CloseAllSessions`.
+    pub fn close_all_sessions(&self, slot: CK_SLOT_ID) -> CkResult<()> {
+        self.token(slot)?;
+        for sess in self.sessions.filter(|s| s.slot == slot) {
+            self.end_session(&sess);
+        }
+        Ok(())
+    }
+
+    /// `C_GetSessionInfo`.
+    pub fn get_session_info(&self, s: CK_SESSION_HANDLE) -> CkResult<CK_SESSION_INFO> {
+        let sess = self.session(s)?;
+        Ok(CK_SESSION_INFO {
+            slotID: sess.slot,
+            state: sess.state(),
+            flags: sess.flags & (CKF_RW_SESSION | CKF_SERIAL_SESSION),
+            ulDeviceError: 0,
+        })
+    }
+
+    /// `C_SessionCancel`: ends the operations named by `flags`.
+    pub fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        if flags & CKF_ENCRYPT != 0 {
+            st.encrypt = None;
+        }
+        if flags & CKF_DECRYPT != 0 {
+            st.decrypt = None;
+        }
+        if flags & CKF_DIGEST != 0 {
+            st.digest = None;
+        }
+        if flags & CKF_SIGN != 0 {
+            st.sign = None;
+        }
+        if flags & CKF_VERIFY != 0 {
+            st.verify = None;
+            st.verify_signature = None;
+        }
+        if flags & CKF_SIGN_RECOVER != 0 {
+            st.sign_recover = None;
+        }
+        if flags & CKF_VERIFY_RECOVER != 0 {
+            st.verify_recover = None;
+        }
+        if flags & CKF_FIND_OBJECTS != 0 {
+            st.find = None;
+        }
+        if flags & CKF_MESSAGE_ENCRYPT != 0 {
+            st.message_encrypt = None;
+        }
+        if flags & CKF_MESSAGE_DECRYPT != 0 {
+            st.message_decrypt = None;
+        }
+        Ok(())
+    }
+
+    /// `C_GetOperationState`: only a lone digest can be saved.
+    pub fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let st = sess.lock();
+        let others = st.encrypt.is_some()
+            || st.decrypt.is_some()
+            || st.sign.is_some()
+            || st.verify.is_some()
+            || st.sign_recover.is_some()
+            || st.verify_recover.is_some();
+        match &st.digest {
+            Some(_) if others => Err(CKR_STATE_UNSAVEABLE),
+            Some(d) => {
+                let state = d.state()?;
+                out.write(&state)?;
+                Ok(())
+            }
+            None if others => Err(CKR_STATE_UNSAVEABLE),
+            None => Err(CKR_OPERATION_NOT_INITIALIZED),
+        }
+    }
+
+    /// `C_SetOperationState`.
+    pub fn set_operation_state(&self, s: CK_SESSION_HANDLE, state: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let d = mech::digest_restore(state)?;
+        sess.lock().digest = Some(d);
+        Ok(())
+    }
+
+    /// `C_Login`.
+    pub fn login(&self, s: CK_SESSION_HANDLE, user: CK_USER_TYPE, pin: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let token = sess.token.clone();
+        let store = token.store()?;
+        match user {
+            CKU_CONTEXT_SPECIFIC => {
+                let mut st = sess.lock();
+                if st.sign.is_none() {
+                    return Err(CKR_OPERATION_NOT_INITIALIZED);
+                }
+                if token.login() != LOGGED_USER {
+                    return Err(CKR_USER_NOT_LOGGED_IN);
+                }
+                store.login(CKU_USER, pin).map_err(store_err)?;
+                st.context_auth = true;
+                Ok(())
+            }
+            CKU_USER | CKU_SO => {
+                let current = token.login();
+                let wanted = if user == CKU_USER { LOGGED_USER } else { LOGGED_SO };
+                if current == wanted {
+                    return Err(CKR_USER_ALREADY_LOGGED_IN);
+                }
+                if current != LOGGED_OUT {
+                    return Err(CKR_USER_ANOTHER_ALREADY_LOGGED_IN);
+                }
+                if user == CKU_SO && !self.sessions.filter(|x| x.slot == sess.slot && !x.rw).is_empty() {
+                    return Err(CKR_SESSION_READ_ONLY_EXISTS);
+                }
+                let mk = store.login(user, pin).map_err(store_err)?;
+                *token.master_key.lock().unwrap_or_else(|e| e.into_inner()) = Some(mk);
+                token.login_state.store(wanted, Ordering::Release);
+                token.update_pin_expired();
+                if user == CKU_USER {
+                    token.refresh(self, true)?;
+                }
+                Ok(())
+            }
+            _ => Err(CKR_USER_TYPE_INVALID),
+        }
+    }
+
+    /// Logs a token out: forgets the master key and drops private objects from memory.
+    pub fn logout_token(&self, token: &Token) {
+        let was = token.login_state.swap(LOGGED_OUT, Ordering::AcqRel);
+        *token.master_key.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        token.pin_expired.store(false, Ordering::Release);
+        if was == LOGGED_USER {
+            token.forget_private(self);
+        }
+    }
+
+    /// `C_Logout`.
+    pub fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        if sess.token.login() == LOGGED_OUT {
+            return Err(CKR_USER_NOT_LOGGED_IN);
+        }
+        self.logout_token(&sess.token);
+        Ok(())
+    }
+}

@@ -1,0 +1,240 @@
+//! Signing and verifying: `C_SignInit`, `C_Sign`, `C_SignUpdate`, `C_SignFinal`,
+//! `C_SignRecoverInit`, `C_SignRecover`, `C_VerifyInit`, `C_Verify`, `C_VerifyUpdate`,
+//! `C_VerifyFinal`, `C_VerifyRecoverInit`, `C_VerifyRecover`, and the 3.2
+//! `C_VerifySignatureInit`, `C_VerifySignature`, `C_VerifySignatureUpdate`,
+//! `C_VerifySignatureFinal`.
+
+use crate::attrs::AttrMapExt;
+use crate::crypt::{check_key, check_mechanism};
+use crate::mech;
+use crate::session::{RecoverOp, SignState};
+use crate::SoftToken;
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, Mechanism, OutBuf};
+
+impl SoftToken {
+    /// `C_SignInit`.
+    pub fn sign_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let mut st = sess.lock();
+        if st.sign.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        check_mechanism(m.mechanism, CKF_SIGN)?;
+        let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
+        check_key(&obj, &[CKO_PRIVATE_KEY, CKO_SECRET_KEY], CKA_SIGN, m.mechanism)?;
+        let op = mech::sign_init(m, obj.key())?;
+        let needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
+        st.context_auth = false;
+        st.sign = Some(SignState { op, needs_auth });
+        Ok(())
+    }
+
+    fn sign_step(
+        &self,
+        s: CK_SESSION_HANDLE,
+        out: &mut OutBuf,
+        f: impl FnOnce(&mut SignState, &mut OutBuf) -> CkResult<()>,
+    ) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let mut op = st.sign.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if op.needs_auth && !st.context_auth {
+            st.sign = Some(op);
+            return Err(CKR_USER_NOT_LOGGED_IN);
+        }
+        let r = f(&mut op, out);
+        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+            st.sign = Some(op);
+        }
+        r
+    }
+
+    /// `C_Sign`.
+    pub fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        self.sign_step(s, out, |op, out| op.op.one_shot(data, out))
+    }
+
+    /// `C_SignUpdate`.
+    pub fn sign_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let op = st.sign.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = op.op.update(data);
+        if r.is_err() {
+            st.sign = None;
+        }
+        r
+    }
+
+    /// `C_SignFinal`.
+    pub fn sign_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        self.sign_step(s, out, |op, out| op.op.finalize(out))
+    }
+
+    fn recover_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+        sign: bool,
+    ) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let mut st = sess.lock();
+        let active = if sign { st.sign_recover.is_some() } else { st.verify_recover.is_some() };
+        if active {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let (flag, class, usage) = if sign {
+            (CKF_SIGN_RECOVER, CKO_PRIVATE_KEY, CKA_SIGN_RECOVER)
+        } else {
+            (CKF_VERIFY_RECOVER, CKO_PUBLIC_KEY, CKA_VERIFY_RECOVER)
+        };
+        check_mechanism(m.mechanism, flag)?;
+        let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
+        check_key(&obj, &[class], usage, m.mechanism)?;
+        if obj.attrs.ulong(CKA_KEY_TYPE)? != Some(CKK_RSA) {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        }
+        let op = RecoverOp { mech: m.clone(), key: obj };
+        if sign {
+            st.sign_recover = Some(op);
+        } else {
+            st.verify_recover = Some(op);
+        }
+        Ok(())
+    }
+
+    /// `C_SignRecoverInit`.
+    pub fn sign_recover_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        self.recover_init(s, m, key, true)
+    }
+
+    /// `C_SignRecover`.
+    pub fn sign_recover(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let op = st.sign_recover.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = mech::sign_recover(&op.mech, op.key.key(), data, out);
+        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+            st.sign_recover = Some(op);
+        }
+        r
+    }
+
+    /// `C_VerifyRecoverInit`.
+    pub fn verify_recover_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        self.recover_init(s, m, key, false)
+    }
+
+    /// `C_VerifyRecover`.
+    pub fn verify_recover(&self, s: CK_SESSION_HANDLE, sig: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let op = st.verify_recover.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = mech::verify_recover(&op.mech, op.key.key(), sig, out);
+        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+            st.verify_recover = Some(op);
+        }
+        r
+    }
+
+    fn new_verify(
+        &self,
+        sess: &crate::session::Session,
+        st: &mut crate::session::OpState,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<Box<dyn mech::VerifyOp>> {
+        check_mechanism(m.mechanism, CKF_VERIFY)?;
+        let obj = self.op_key(sess, st, key, CKR_KEY_HANDLE_INVALID)?;
+        check_key(&obj, &[CKO_PUBLIC_KEY, CKO_SECRET_KEY], CKA_VERIFY, m.mechanism)?;
+        mech::verify_init(m, obj.key())
+    }
+
+    /// `C_VerifyInit`.
+    pub fn verify_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let mut st = sess.lock();
+        if st.verify.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let op = self.new_verify(&sess, &mut st, m, key)?;
+        st.verify = Some(op);
+        Ok(())
+    }
+
+    /// `C_Verify`: ends the operation whatever the outcome.
+    pub fn verify(&self, s: CK_SESSION_HANDLE, data: &[u8], sig: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut op = sess.lock().verify.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        op.one_shot(data, sig)
+    }
+
+    /// `C_VerifyUpdate`.
+    pub fn verify_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let op = st.verify.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = op.update(data);
+        if r.is_err() {
+            st.verify = None;
+        }
+        r
+    }
+
+    /// `C_VerifyFinal`.
+    pub fn verify_final(&self, s: CK_SESSION_HANDLE, sig: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut op = sess.lock().verify.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        op.finalize(sig)
+    }
+
+    /// `C_VerifySignatureInit`.
+    pub fn verify_signature_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+        sig: &[u8],
+    ) -> CkResult<()> {
+        let sess = self.session(s)?;
+        sess.check_pin_ok()?;
+        let mut st = sess.lock();
+        if st.verify_signature.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let op = self.new_verify(&sess, &mut st, m, key)?;
+        st.verify_signature = Some((op, sig.to_vec()));
+        Ok(())
+    }
+
+    /// `C_VerifySignature`.
+    pub fn verify_signature(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let (mut op, sig) = sess.lock().verify_signature.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        op.one_shot(data, &sig)
+    }
+
+    /// `C_VerifySignatureUpdate`.
+    pub fn verify_signature_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = sess.lock();
+        let (op, _) = st.verify_signature.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = op.update(data);
+        if r.is_err() {
+            st.verify_signature = None;
+        }
+        r
+    }
+
+    /// `C_VerifySignatureFinal`.
+    pub fn verify_signature_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let (mut op, sig) = sess.lock().verify_signature.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        op.finalize(&sig)
+    }
+}

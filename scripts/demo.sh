@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A tour of the OpenCF software token with OpenSC's pkcs11-tool and openssl:
+# a fresh token in a temporary keystore, the default PIN changed, an RSA and an
+# EC key pair generated inside the token, a file signed by the token and the
+# signature verified by openssl with the exported public key.
+#
+# Environment: MODULE (default target/release/libopencf_softtoken.so),
+#              KEEP_WORKDIR=1 keeps the temporary keystore and files.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MODULE="${MODULE:-$ROOT/target/release/libopencf_softtoken.so}"
+TOKEN_LABEL="OpenCF Softtoken"
+DEFAULT_PIN="changeme"
+NEW_PIN="demo-pin-2468"
+
+if [ -t 1 ]; then
+    BOLD=$'\033[1m' DIM=$'\033[2m' GREEN=$'\033[32m' RED=$'\033[31m' RESET=$'\033[0m'
+else
+    BOLD='' DIM='' GREEN='' RED='' RESET=''
+fi
+
+STEP=0
+heading() {
+    STEP=$((STEP + 1))
+    printf '\n%s== %d. %s ==%s\n' "$BOLD" "$STEP" "$*" "$RESET"
+}
+note() { printf '%s%s%s\n' "$DIM" "$*" "$RESET"; }
+ok() { printf '%s✔ %s%s\n' "$GREEN" "$*" "$RESET"; }
+die() {
+    printf '%s✘ %s%s\n' "$RED" "$*" "$RESET" >&2
+    exit 1
+}
+# show CMD...: print the command as a user would type it, then run it.
+show() {
+    local arg line='$'
+    for arg in "$@"; do
+        if [[ "$arg" =~ [[:space:]] ]]; then line+=" '$arg'"; else line+=" $arg"; fi
+    done
+    line="${line/#\$ p11 /\$ pkcs11-tool --module \$MODULE }"
+    line="${line//$WORK/\$WORK}"
+    printf '%s%s%s\n' "$DIM" "$line" "$RESET"
+    "$@"
+}
+
+for tool in pkcs11-tool openssl; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool not found: run 'make deps' first"
+done
+[ -f "$MODULE" ] || die "module not found: $MODULE (run 'make build')"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/opencf-demo.XXXXXX")"
+cleanup() {
+    if [ "${KEEP_WORKDIR:-0}" = "1" ]; then
+        note "files kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+export OPENCF_SOFTTOKEN_DIR="$WORK/keystore"
+mkdir -p "$OPENCF_SOFTTOKEN_DIR"
+chmod 700 "$OPENCF_SOFTTOKEN_DIR"
+
+p11() { pkcs11-tool --module "$MODULE" "$@" </dev/null 2>&1; }
+
+printf '%sOpenCF software token demo%s\n' "$BOLD" "$RESET"
+echo "module:   $MODULE"
+echo "keystore: $OPENCF_SOFTTOKEN_DIR (OPENCF_SOFTTOKEN_DIR, fresh and temporary)"
+echo "files:    $WORK"
+echo "(\$MODULE and \$WORK below stand for these paths)"
+
+heading "The module and its slots"
+show p11 --show-info
+show p11 --list-slots
+
+heading "A fresh token must have its default PIN changed"
+note "The token starts with user PIN '$DEFAULT_PIN' and the flag 'user PIN to be changed';"
+note "until the PIN is changed, every object call answers CKR_PIN_EXPIRED."
+show p11 --token-label "$TOKEN_LABEL" --login --pin "$DEFAULT_PIN" \
+    --change-pin --new-pin "$NEW_PIN"
+show p11 --token-label "$TOKEN_LABEL" --list-token-slots | grep -E 'token (label|flags)'
+
+LOGIN=(--token-label "$TOKEN_LABEL" --login --pin "$NEW_PIN")
+
+heading "Generate an RSA-2048 key pair inside the token"
+show p11 "${LOGIN[@]}" --keypairgen --key-type rsa:2048 --id 01 --label demo-rsa
+
+heading "Generate an EC P-256 key pair inside the token"
+show p11 "${LOGIN[@]}" --keypairgen --key-type EC:prime256v1 --id 02 --label demo-ec
+
+heading "Objects on the token"
+show p11 "${LOGIN[@]}" --list-objects
+
+DOC="$WORK/document.txt"
+{
+    echo "OpenCF demo document"
+    date -u '+signed at %Y-%m-%dT%H:%M:%SZ'
+} >"$DOC"
+
+# sign_and_verify ID MECHANISM NAME [pkcs11-tool options...]
+sign_and_verify() {
+    local id="$1" mech="$2" name="$3"
+    shift 3
+    heading "Sign a file with the $name private key and verify with openssl"
+    note "1) export the public key (DER) from the token and convert it to PEM"
+    show p11 "${LOGIN[@]}" --read-object --type pubkey --id "$id" -o "$WORK/$name.pub.der"
+    show openssl pkey -pubin -inform DER -in "$WORK/$name.pub.der" -out "$WORK/$name.pub.pem"
+    note "2) sign inside the token with $mech"
+    show p11 "${LOGIN[@]}" --sign --id "$id" -m "$mech" "$@" \
+        -i "$DOC" -o "$WORK/$name.sig"
+    note "3) verify with openssl, outside the token"
+    show openssl dgst -sha256 -verify "$WORK/$name.pub.pem" -signature "$WORK/$name.sig" "$DOC" \
+        || die "openssl did not verify the $name signature"
+    ok "$name signature made by the token verifies with openssl"
+    note "4) a changed document must not verify"
+    cp "$DOC" "$WORK/tampered.txt"
+    echo "one more line" >>"$WORK/tampered.txt"
+    if openssl dgst -sha256 -verify "$WORK/$name.pub.pem" -signature "$WORK/$name.sig" \
+        "$WORK/tampered.txt" >/dev/null 2>&1; then
+        die "the $name signature verified a changed document"
+    fi
+    ok "openssl rejects the $name signature on the changed document"
+}
+
+sign_and_verify 01 SHA256-RSA-PKCS rsa
+sign_and_verify 02 ECDSA-SHA256 ec --signature-format openssl
+
+heading "Done"
+ok "token created, PIN changed, RSA and EC keys generated, signatures verified"
+echo "Point any PKCS#11 application at $MODULE"
+echo "with OPENCF_SOFTTOKEN_DIR set to choose the keystore directory."

@@ -106,8 +106,11 @@ NEEDS_PBKDF2 = pytest.mark.mechanisms(Mechanism.PKCS5_PBKD2)
 
 
 def pbkdf2_key(session, params, bits, key_type=KeyType.GENERIC_SECRET, **kw):
+    # python-pkcs11's generate_key leaves CKA_KEY_TYPE to the mechanism; PBKDF2
+    # can make any secret key type, so the template names it.
     return session.generate_key(key_type, bits, mechanism=Mechanism.PKCS5_PBKD2,
-                                mechanism_param=bytes(params), template=READABLE, **kw)
+                                mechanism_param=bytes(params),
+                                template={**READABLE, Attribute.KEY_TYPE: key_type}, **kw)
 
 
 @NEEDS_PBKDF2

@@ -46,15 +46,13 @@ ML_KEM = [
 def mldsa_keypair(session, pset):
     return session.generate_keypair(
         KeyType.ML_DSA, label=unique("mldsa"),
-        public_template={Attribute.PARAMETER_SET: pset},
-        private_template={Attribute.PARAMETER_SET: pset})
+        public_template={Attribute.PARAMETER_SET: pset})
 
 
 def mlkem_keypair(session, pset):
     return session.generate_keypair(
         KeyType.ML_KEM, label=unique("mlkem"),
-        public_template={Attribute.PARAMETER_SET: pset},
-        private_template={Attribute.PARAMETER_SET: pset})
+        public_template={Attribute.PARAMETER_SET: pset})
 
 
 @pytest.mark.mechanisms(Mechanism.ML_DSA_KEY_PAIR_GEN, Mechanism.ML_DSA)
@@ -62,6 +60,7 @@ def mlkem_keypair(session, pset):
 def test_ml_dsa_sign_verifies_with_cryptography(session, pset, pubcls, pub_len, sig_len):
     pub, priv = mldsa_keypair(session, pset)
     assert pub[Attribute.PARAMETER_SET] == pset
+    assert priv[Attribute.PARAMETER_SET] == pset
     assert priv[Attribute.KEY_TYPE] == KeyType.ML_DSA
     raw = pub[Attribute.VALUE]
     assert len(raw) == pub_len
@@ -120,6 +119,7 @@ def test_imported_ml_dsa_public_key_verifies(session):
 def test_ml_kem_encapsulate_decapsulate(session, pset, pubcls, pub_len, ct_len):
     pub, priv = mlkem_keypair(session, pset)
     assert pub[Attribute.PARAMETER_SET] == pset
+    assert priv[Attribute.PARAMETER_SET] == pset
     assert len(pub[Attribute.VALUE]) == pub_len
 
     ct, ours = pub.encapsulate_key(KeyType.GENERIC_SECRET, 256, template=READABLE)

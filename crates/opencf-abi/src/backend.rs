@@ -21,7 +21,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// `C_Initialize`: builds the module's state.
     fn initialize(args: &InitArgs) -> CkResult<Self>;
-    /// `C_Finalize`: called once before the value is dropped.
+    /// `C_Finalize`: called once before the value is dropped. Release resources (files,
+    /// connections, worker threads) here: the value itself may be dropped a little later, on
+    /// another thread, when the last thread that cached it makes its next call or exits.
+    /// Never called in a fork child for the parent's value, which is leaked there.
     fn finalize(&self) {}
     /// `C_GetInfo`.
     fn get_info(&self) -> CkResult<CK_INFO>;

@@ -228,7 +228,11 @@ pub(crate) unsafe fn in_out(
 ///
 /// # Safety
 /// `pul` must be valid for reading and writing; a non-NULL `p` for writing `*pul` items.
-pub(crate) unsafe fn write_list<T: Copy>(p: *mut T, pul: *mut CK_ULONG, items: &[T]) -> CkResult<()> {
+pub(crate) unsafe fn write_list<T: Copy>(
+    p: *mut T,
+    pul: *mut CK_ULONG,
+    items: &[T],
+) -> CkResult<()> {
     let n = items.len() as CK_ULONG;
     // SAFETY: per the function's contract.
     unsafe {
@@ -284,7 +288,7 @@ unsafe fn read_attributes(
         if a.ulValueLen == CK_UNAVAILABLE_INFORMATION {
             return Err(CKR_ATTRIBUTE_VALUE_INVALID);
         }
-        let value = if a.type_ & ARRAY_ATTRIBUTE_FLAG != 0 {
+        let value = if is_template_attribute(a.type_) {
             // A nested template, one level deep.
             let size = size_of::<CK_ATTRIBUTE>() as CK_ULONG;
             if !allow_array || a.ulValueLen % size != 0 || a.ulValueLen > MAX_LEN {
@@ -301,7 +305,10 @@ unsafe fn read_attributes(
             // SAFETY: per the function's contract.
             unsafe { copy_inner(a.pValue, a.ulValueLen, CKR_ATTRIBUTE_VALUE_INVALID)? }
         };
-        out.push(Attribute { kind: a.type_, value });
+        out.push(Attribute {
+            kind: a.type_,
+            value,
+        });
     }
     Ok(out)
 }
@@ -316,7 +323,9 @@ pub(crate) unsafe fn template_types(
 ) -> CkResult<Vec<CK_ATTRIBUTE_TYPE>> {
     let n = template_count(p, n)?;
     // SAFETY: per the function's contract.
-    Ok((0..n).map(|i| unsafe { ptr::addr_of!((*p.add(i)).type_).read_unaligned() }).collect())
+    Ok((0..n)
+        .map(|i| unsafe { ptr::addr_of!((*p.add(i)).type_).read_unaligned() })
+        .collect())
 }
 
 /// Outcome of filling one attribute, ordered by precedence of the overall return value.
@@ -353,7 +362,11 @@ pub(crate) unsafe fn fill_template(p: *mut CK_ATTRIBUTE, answers: &[AttrValue]) 
 
 /// # Safety
 /// As for [`fill_template`], for one attribute.
-unsafe fn fill_one(slot: *mut CK_ATTRIBUTE, answer: &AttrValue, allow_array: bool) -> CkResult<Fill> {
+unsafe fn fill_one(
+    slot: *mut CK_ATTRIBUTE,
+    answer: &AttrValue,
+    allow_array: bool,
+) -> CkResult<Fill> {
     let len_ptr = unsafe { ptr::addr_of_mut!((*slot).ulValueLen) };
     // SAFETY: per the function's contract.
     let a = unsafe { slot.read_unaligned() };
@@ -368,7 +381,7 @@ unsafe fn fill_one(slot: *mut CK_ATTRIBUTE, answer: &AttrValue, allow_array: boo
             return Ok(Fill::Invalid);
         }
     };
-    if allow_array && a.type_ & ARRAY_ATTRIBUTE_FLAG != 0 {
+    if allow_array && is_template_attribute(a.type_) {
         let nested = decode_template(value).map_err(|_| CKR_GENERAL_ERROR)?;
         // SAFETY: per the function's contract.
         return unsafe { fill_array(slot, &nested) };
@@ -412,14 +425,20 @@ unsafe fn fill_array(slot: *mut CK_ATTRIBUTE, nested: &[Attribute]) -> CkResult<
     // SAFETY: the caller's array holds at least `nested.len()` entries (checked above).
     unsafe {
         put(len_ptr, need);
-        let all_null =
-            (0..nested.len()).all(|i| ptr::addr_of!((*arr.add(i)).pValue).read_unaligned().is_null());
+        let all_null = (0..nested.len()).all(|i| {
+            ptr::addr_of!((*arr.add(i)).pValue)
+                .read_unaligned()
+                .is_null()
+        });
         let mut worst = Fill::Ok;
         for (i, attr) in nested.iter().enumerate() {
             let entry = arr.add(i);
             if all_null {
                 put(ptr::addr_of_mut!((*entry).type_), attr.kind);
-                put(ptr::addr_of_mut!((*entry).ulValueLen), attr.value.len() as CK_ULONG);
+                put(
+                    ptr::addr_of_mut!((*entry).ulValueLen),
+                    attr.value.len() as CK_ULONG,
+                );
                 continue;
             }
             let kind = ptr::addr_of!((*entry).type_).read_unaligned();
@@ -439,7 +458,10 @@ unsafe fn fill_array(slot: *mut CK_ATTRIBUTE, nested: &[Attribute]) -> CkResult<
 /// A non-NULL `p` must be valid for reading a `CK_C_INITIALIZE_ARGS`.
 pub(crate) unsafe fn init_args(p: *const CK_C_INITIALIZE_ARGS) -> CkResult<InitArgs> {
     if p.is_null() {
-        return Ok(InitArgs { os_locking_ok: true, no_os_threads: false });
+        return Ok(InitArgs {
+            os_locking_ok: true,
+            no_os_threads: false,
+        });
     }
     // SAFETY: per the function's contract.
     let a = unsafe { p.read_unaligned() };

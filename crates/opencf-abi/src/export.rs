@@ -11,7 +11,11 @@
 //! specification requires (NULL is always checked where the specification allows it). They
 //! are not meant to be called from Rust except in tests.
 
-#![allow(non_snake_case, clippy::too_many_arguments, clippy::not_unsafe_ptr_arg_deref)]
+#![allow(
+    non_snake_case,
+    clippy::too_many_arguments,
+    clippy::not_unsafe_ptr_arg_deref
+)]
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -293,7 +297,10 @@ pub extern "C" fn C_Logout<B: Backend>(session: CK_SESSION_HANDLE) -> CK_RV {
 }
 
 /// `C_SessionCancel` (3.0).
-pub extern "C" fn C_SessionCancel<B: Backend>(session: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CK_RV {
+pub extern "C" fn C_SessionCancel<B: Backend>(
+    session: CK_SESSION_HANDLE,
+    flags: CK_FLAGS,
+) -> CK_RV {
     call::<B>(|b| b.session_cancel(session, flags))
 }
 
@@ -454,11 +461,32 @@ pub extern "C" fn C_FindObjectsFinal<B: Backend>(session: CK_SESSION_HANDLE) -> 
 // ----- Encryption and decryption -----
 
 /// Parses the mechanism and calls an `*Init` method.
+/// Ends the operation named by `flag` when the ABI layer refused the call's arguments: PKCS#11
+/// ends a single-part (or final) call's operation on every error but `CKR_BUFFER_TOO_SMALL`,
+/// and the backend never saw this call.
+fn ended_on_error<B: Backend>(
+    b: &B,
+    session: CK_SESSION_HANDLE,
+    flag: CK_FLAGS,
+    r: CkResult<()>,
+) -> CkResult<()> {
+    if r == Err(CKR_ARGUMENTS_BAD) {
+        let _ = b.session_cancel(session, flag);
+    }
+    r
+}
+
 fn init_with<B: Backend>(
+    session: CK_SESSION_HANDLE,
+    cancel: CK_FLAGS,
     mech: *mut CK_MECHANISM,
     f: impl FnOnce(&B, &crate::Mechanism) -> CkResult<()>,
 ) -> CK_RV {
     call::<B>(|b| {
+        // PKCS#11 3.0: an *Init call with a NULL mechanism ends the active operation.
+        if mech.is_null() {
+            return b.session_cancel(session, cancel);
+        }
         // SAFETY: the caller's mechanism.
         let mech = unsafe { mechanism(mech)? };
         f(b, &mech)
@@ -471,7 +499,9 @@ pub extern "C" fn C_EncryptInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.encrypt_init(session, m, key))
+    init_with::<B>(session, CKF_ENCRYPT, mech, |b, m| {
+        b.encrypt_init(session, m, key)
+    })
 }
 
 /// `C_Encrypt`.
@@ -483,7 +513,13 @@ pub extern "C" fn C_Encrypt<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe { in_out(data, data_len, out, out_len, |d, o| b.encrypt(session, d, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_ENCRYPT, unsafe {
+            in_out(data, data_len, out, out_len, |d, o| {
+                b.encrypt(session, d, o)
+            })
+        })
+    })
 }
 
 /// `C_EncryptUpdate`.
@@ -496,7 +532,9 @@ pub extern "C" fn C_EncryptUpdate<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| b.encrypt_update(session, d, o))
+        in_out(data, data_len, out, out_len, |d, o| {
+            b.encrypt_update(session, d, o)
+        })
     })
 }
 
@@ -507,7 +545,11 @@ pub extern "C" fn C_EncryptFinal<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: two-call output buffer from the caller.
-    call::<B>(|b| unsafe { out_only(out, out_len, |o| b.encrypt_final(session, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_ENCRYPT, unsafe {
+            out_only(out, out_len, |o| b.encrypt_final(session, o))
+        })
+    })
 }
 
 /// `C_DecryptInit`.
@@ -516,7 +558,9 @@ pub extern "C" fn C_DecryptInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.decrypt_init(session, m, key))
+    init_with::<B>(session, CKF_DECRYPT, mech, |b, m| {
+        b.decrypt_init(session, m, key)
+    })
 }
 
 /// `C_Decrypt`.
@@ -528,7 +572,13 @@ pub extern "C" fn C_Decrypt<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe { in_out(data, data_len, out, out_len, |d, o| b.decrypt(session, d, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_DECRYPT, unsafe {
+            in_out(data, data_len, out, out_len, |d, o| {
+                b.decrypt(session, d, o)
+            })
+        })
+    })
 }
 
 /// `C_DecryptUpdate`.
@@ -541,7 +591,9 @@ pub extern "C" fn C_DecryptUpdate<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| b.decrypt_update(session, d, o))
+        in_out(data, data_len, out, out_len, |d, o| {
+            b.decrypt_update(session, d, o)
+        })
     })
 }
 
@@ -552,7 +604,11 @@ pub extern "C" fn C_DecryptFinal<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: two-call output buffer from the caller.
-    call::<B>(|b| unsafe { out_only(out, out_len, |o| b.decrypt_final(session, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_DECRYPT, unsafe {
+            out_only(out, out_len, |o| b.decrypt_final(session, o))
+        })
+    })
 }
 
 // ----- Message-based encryption and decryption (3.0) -----
@@ -563,7 +619,9 @@ pub extern "C" fn C_MessageEncryptInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.message_encrypt_init(session, m, key))
+    init_with::<B>(session, CKF_MESSAGE_ENCRYPT, mech, |b, m| {
+        b.message_encrypt_init(session, m, key)
+    })
 }
 
 /// `C_EncryptMessage`: on success the generated IV and the tag are copied back.
@@ -654,7 +712,9 @@ pub extern "C" fn C_MessageDecryptInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.message_decrypt_init(session, m, key))
+    init_with::<B>(session, CKF_MESSAGE_DECRYPT, mech, |b, m| {
+        b.message_decrypt_init(session, m, key)
+    })
 }
 
 /// `C_DecryptMessage` (the tag is input).
@@ -734,7 +794,7 @@ pub extern "C" fn C_DigestInit<B: Backend>(
     session: CK_SESSION_HANDLE,
     mech: *mut CK_MECHANISM,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.digest_init(session, m))
+    init_with::<B>(session, CKF_DIGEST, mech, |b, m| b.digest_init(session, m))
 }
 
 /// `C_Digest`.
@@ -746,7 +806,11 @@ pub extern "C" fn C_Digest<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe { in_out(data, data_len, out, out_len, |d, o| b.digest(session, d, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_DIGEST, unsafe {
+            in_out(data, data_len, out, out_len, |d, o| b.digest(session, d, o))
+        })
+    })
 }
 
 /// `C_DigestUpdate`.
@@ -763,7 +827,10 @@ pub extern "C" fn C_DigestUpdate<B: Backend>(
 }
 
 /// `C_DigestKey`.
-pub extern "C" fn C_DigestKey<B: Backend>(session: CK_SESSION_HANDLE, key: CK_OBJECT_HANDLE) -> CK_RV {
+pub extern "C" fn C_DigestKey<B: Backend>(
+    session: CK_SESSION_HANDLE,
+    key: CK_OBJECT_HANDLE,
+) -> CK_RV {
     call::<B>(|b| b.digest_key(session, key))
 }
 
@@ -774,7 +841,11 @@ pub extern "C" fn C_DigestFinal<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: two-call output buffer from the caller.
-    call::<B>(|b| unsafe { out_only(out, out_len, |o| b.digest_final(session, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_DIGEST, unsafe {
+            out_only(out, out_len, |o| b.digest_final(session, o))
+        })
+    })
 }
 
 // ----- Signing and MACing -----
@@ -785,7 +856,7 @@ pub extern "C" fn C_SignInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.sign_init(session, m, key))
+    init_with::<B>(session, CKF_SIGN, mech, |b, m| b.sign_init(session, m, key))
 }
 
 /// `C_Sign`.
@@ -797,7 +868,11 @@ pub extern "C" fn C_Sign<B: Backend>(
     sig_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe { in_out(data, data_len, sig, sig_len, |d, o| b.sign(session, d, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_SIGN, unsafe {
+            in_out(data, data_len, sig, sig_len, |d, o| b.sign(session, d, o))
+        })
+    })
 }
 
 /// `C_SignUpdate`.
@@ -820,7 +895,11 @@ pub extern "C" fn C_SignFinal<B: Backend>(
     sig_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: two-call output buffer from the caller.
-    call::<B>(|b| unsafe { out_only(sig, sig_len, |o| b.sign_final(session, o)) })
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_SIGN, unsafe {
+            out_only(sig, sig_len, |o| b.sign_final(session, o))
+        })
+    })
 }
 
 /// `C_SignRecoverInit`.
@@ -829,7 +908,9 @@ pub extern "C" fn C_SignRecoverInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.sign_recover_init(session, m, key))
+    init_with::<B>(session, CKF_SIGN_RECOVER, mech, |b, m| {
+        b.sign_recover_init(session, m, key)
+    })
 }
 
 /// `C_SignRecover`.
@@ -841,8 +922,12 @@ pub extern "C" fn C_SignRecover<B: Backend>(
     sig_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe {
-        in_out(data, data_len, sig, sig_len, |d, o| b.sign_recover(session, d, o))
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_SIGN_RECOVER, unsafe {
+            in_out(data, data_len, sig, sig_len, |d, o| {
+                b.sign_recover(session, d, o)
+            })
+        })
     })
 }
 
@@ -854,7 +939,9 @@ pub extern "C" fn C_VerifyInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.verify_init(session, m, key))
+    init_with::<B>(session, CKF_VERIFY, mech, |b, m| {
+        b.verify_init(session, m, key)
+    })
 }
 
 /// `C_Verify`.
@@ -904,7 +991,9 @@ pub extern "C" fn C_VerifyRecoverInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(mech, |b, m| b.verify_recover_init(session, m, key))
+    init_with::<B>(session, CKF_VERIFY_RECOVER, mech, |b, m| {
+        b.verify_recover_init(session, m, key)
+    })
 }
 
 /// `C_VerifyRecover`.
@@ -916,8 +1005,12 @@ pub extern "C" fn C_VerifyRecover<B: Backend>(
     data_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe {
-        in_out(sig, sig_len, data, data_len, |s, o| b.verify_recover(session, s, o))
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_VERIFY_RECOVER, unsafe {
+            in_out(sig, sig_len, data, data_len, |s, o| {
+                b.verify_recover(session, s, o)
+            })
+        })
     })
 }
 
@@ -1079,7 +1172,9 @@ pub extern "C" fn C_DigestEncryptUpdate<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| b.digest_encrypt_update(session, d, o))
+        in_out(data, data_len, out, out_len, |d, o| {
+            b.digest_encrypt_update(session, d, o)
+        })
     })
 }
 
@@ -1093,7 +1188,9 @@ pub extern "C" fn C_DecryptDigestUpdate<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| b.decrypt_digest_update(session, d, o))
+        in_out(data, data_len, out, out_len, |d, o| {
+            b.decrypt_digest_update(session, d, o)
+        })
     })
 }
 
@@ -1107,7 +1204,9 @@ pub extern "C" fn C_SignEncryptUpdate<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| b.sign_encrypt_update(session, d, o))
+        in_out(data, data_len, out, out_len, |d, o| {
+            b.sign_encrypt_update(session, d, o)
+        })
     })
 }
 
@@ -1121,7 +1220,9 @@ pub extern "C" fn C_DecryptVerifyUpdate<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| b.decrypt_verify_update(session, d, o))
+        in_out(data, data_len, out, out_len, |d, o| {
+            b.decrypt_verify_update(session, d, o)
+        })
     })
 }
 
@@ -1191,7 +1292,9 @@ pub extern "C" fn C_WrapKey<B: Backend>(
         // SAFETY: the caller's mechanism and two-call output buffer.
         unsafe {
             let mech = mechanism(mech)?;
-            out_only(wrapped, wrapped_len, |o| b.wrap_key(session, &mech, wrapping_key, key, o))
+            out_only(wrapped, wrapped_len, |o| {
+                b.wrap_key(session, &mech, wrapping_key, key, o)
+            })
         }
     })
 }
@@ -1210,8 +1313,13 @@ pub extern "C" fn C_UnwrapKey<B: Backend>(
     call::<B>(|b| {
         let key = req(key)?;
         // SAFETY: the caller's mechanism, input buffer and template.
-        let (mech, wrapped, tmpl) =
-            unsafe { (mechanism(mech)?, bytes(wrapped, wrapped_len)?, template(tmpl, count)?) };
+        let (mech, wrapped, tmpl) = unsafe {
+            (
+                mechanism(mech)?,
+                bytes(wrapped, wrapped_len)?,
+                template(tmpl, count)?,
+            )
+        };
         let h = b.unwrap_key(session, &mech, unwrapping_key, wrapped, &tmpl)?;
         // SAFETY: checked non-NULL.
         unsafe { put(key, h) };
@@ -1282,7 +1390,11 @@ pub extern "C" fn C_DecapsulateKey<B: Backend>(
         let key = req(key)?;
         // SAFETY: the caller's mechanism, template and input buffer.
         let (mech, tmpl, ciphertext) = unsafe {
-            (mechanism(mech)?, template(tmpl, count)?, bytes(ciphertext, ciphertext_len)?)
+            (
+                mechanism(mech)?,
+                template(tmpl, count)?,
+                bytes(ciphertext, ciphertext_len)?,
+            )
         };
         let h = b.decapsulate_key(session, &mech, private_key, &tmpl, ciphertext)?;
         // SAFETY: checked non-NULL.

@@ -68,8 +68,13 @@ static SLOT: Slot = Slot {
     state: UnsafeCell::new(State::Empty),
 };
 
+/// An atomic alone on its cache line: the hot path reads it on every call, so no rarely
+/// written neighbour (the spin lock, say) should share its line.
+#[repr(align(64))]
+struct CacheLine(AtomicU64);
+
 /// Changes whenever the slot changes; thread caches are valid for one generation.
-static GENERATION: AtomicU64 = AtomicU64::new(1);
+static GENERATION: CacheLine = CacheLine(AtomicU64::new(1));
 /// Number of `fork()`s this process descends from (counted in the child handler).
 static FORKS: AtomicU64 = AtomicU64::new(0);
 /// The fork handler is registered (a plain flag rather than `std::sync::Once`: a `Once` caught
@@ -122,7 +127,7 @@ impl Drop for SlotGuard {
 extern "C" fn atfork_child() {
     FORKS.fetch_add(1, Ordering::SeqCst);
     SLOT.stale.store(true, Ordering::SeqCst);
-    GENERATION.fetch_add(1, Ordering::SeqCst);
+    GENERATION.0.fetch_add(1, Ordering::SeqCst);
     SLOT.lock.store(false, Ordering::SeqCst);
 }
 
@@ -144,7 +149,11 @@ struct Cached {
 }
 
 impl Cached {
-    const EMPTY: Cached = Cached { generation: 0, forks: 0, instance: None };
+    const EMPTY: Cached = Cached {
+        generation: 0,
+        forks: 0,
+        instance: None,
+    };
 }
 
 impl Drop for Cached {
@@ -165,7 +174,7 @@ thread_local! {
 /// Reads the slot under the lock: the generation and a reference to the instance, if any.
 fn snapshot() -> Cached {
     let mut guard = SlotGuard::lock();
-    let generation = GENERATION.load(Ordering::Acquire);
+    let generation = GENERATION.0.load(Ordering::Acquire);
     let forks = FORKS.load(Ordering::Acquire);
     let instance = if SLOT.stale.load(Ordering::Acquire) {
         None
@@ -175,7 +184,11 @@ fn snapshot() -> Cached {
             _ => None,
         }
     };
-    Cached { generation, forks, instance }
+    Cached {
+        generation,
+        forks,
+        instance,
+    }
 }
 
 fn call<B: Backend, R>(
@@ -192,7 +205,7 @@ fn call<B: Backend, R>(
 /// a fork child that has not called `C_Initialize`, and when another backend type is
 /// initialized). See the module documentation for how this avoids any shared lock.
 pub fn with_backend<B: Backend, R>(f: impl FnOnce(&B) -> CkResult<R>) -> CkResult<R> {
-    let generation = GENERATION.load(Ordering::Acquire);
+    let generation = GENERATION.0.load(Ordering::Acquire);
     let mut f = Some(f);
     let cached = CACHE.try_with(|cell| {
         // Fast path: the cache is current.
@@ -241,14 +254,23 @@ fn clear_thread_cache() {
 
 /// `C_Initialize` after argument checks: builds the backend with [`Backend::initialize`]
 /// (outside the lock) and publishes it. `CKR_CRYPTOKI_ALREADY_INITIALIZED` when a backend is
-/// initialized or being initialized. In a fork child the parent's instance is forgotten first.
+/// initialized (a call racing with one in progress waits for it to finish first). In a fork child the parent's instance is forgotten first.
 pub fn initialize<B: Backend>(args: &InitArgs) -> CkResult<()> {
     register_atfork();
-    {
+    // A concurrent C_Initialize waits for the one in progress: when it returns, the module
+    // is usable (ALREADY_INITIALIZED) or, if the first attempt failed, it tries itself.
+    loop {
         let mut guard = SlotGuard::lock();
         guard.forget_if_stale();
         match guard.state() {
-            State::Empty => *guard.state() = State::Initializing,
+            State::Empty => {
+                *guard.state() = State::Initializing;
+                break;
+            }
+            State::Initializing => {
+                drop(guard);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
             _ => return Err(CKR_CRYPTOKI_ALREADY_INITIALIZED),
         }
     }
@@ -259,7 +281,7 @@ pub fn initialize<B: Backend>(args: &InitArgs) -> CkResult<()> {
     match built {
         Ok(Ok(instance)) => {
             *guard.state() = State::Ready(instance);
-            GENERATION.fetch_add(1, Ordering::AcqRel);
+            GENERATION.0.fetch_add(1, Ordering::AcqRel);
             Ok(())
         }
         Ok(Err(rv)) => {
@@ -290,7 +312,7 @@ pub fn finalize<B: Backend>() -> CkResult<()> {
         let State::Ready(instance) = std::mem::replace(guard.state(), State::Empty) else {
             unreachable!("checked above")
         };
-        GENERATION.fetch_add(1, Ordering::AcqRel);
+        GENERATION.0.fetch_add(1, Ordering::AcqRel);
         instance
     };
     clear_thread_cache();

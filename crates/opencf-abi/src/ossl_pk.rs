@@ -3,19 +3,43 @@
 //! - [`set_ctx_params`]: `EVP_PKEY_CTX_set_params` with typed parameters, for the settings the
 //!   crate has no setter for (RSA PKCS#1 v1.5 `implicit-rejection`, ML-DSA `deterministic`,
 //!   EdDSA `instance`, …).
-//! - [`kem_encapsulate`] / [`kem_decapsulate`]: `EVP_PKEY_encapsulate` / `EVP_PKEY_decapsulate`
-//!   (ML-KEM).
+//! - [`sign_message_init`] / [`sign_message_update`] / [`sign_message_final`] and the
+//!   `verify_message_*` counterparts: OpenSSL 3.4's streaming "message" signature API, with
+//!   which ML-DSA signs a message given in parts (`EVP_PKEY_sign_message_*`).
 //!
 //! Every function checks its OpenSSL return codes and turns failures into an
 //! [`ErrorStack`]; none keeps a pointer past its own call.
 
 use foreign_types_shared::ForeignTypeRef;
 use openssl::error::ErrorStack;
-use openssl::pkey::{HasPrivate, HasPublic, PKeyRef};
-use openssl::pkey_ctx::{PkeyCtx, PkeyCtxRef};
+use openssl::pkey_ctx::PkeyCtxRef;
 use openssl_sys as ffi;
-use std::ffi::CStr;
-use zeroize::Zeroizing;
+use std::ffi::{c_int, c_uchar, CStr};
+
+// Part of libcrypto (OpenSSL 3.4 and later) but not declared by `openssl-sys`.
+extern "C" {
+    fn EVP_PKEY_sign_message_update(
+        ctx: *mut ffi::EVP_PKEY_CTX,
+        data: *const c_uchar,
+        len: usize,
+    ) -> c_int;
+    fn EVP_PKEY_sign_message_final(
+        ctx: *mut ffi::EVP_PKEY_CTX,
+        sig: *mut c_uchar,
+        siglen: *mut usize,
+    ) -> c_int;
+    fn EVP_PKEY_verify_message_update(
+        ctx: *mut ffi::EVP_PKEY_CTX,
+        data: *const c_uchar,
+        len: usize,
+    ) -> c_int;
+    fn EVP_PKEY_verify_message_final(ctx: *mut ffi::EVP_PKEY_CTX) -> c_int;
+    fn EVP_PKEY_CTX_set_signature(
+        ctx: *mut ffi::EVP_PKEY_CTX,
+        sig: *const c_uchar,
+        siglen: usize,
+    ) -> c_int;
+}
 
 /// One typed `OSSL_PARAM` for [`set_ctx_params`].
 #[derive(Clone, Copy, Debug)]
@@ -108,65 +132,56 @@ pub fn set_ctx_params<T>(ctx: &mut PkeyCtxRef<T>, params: &[Param]) -> Result<()
     check(unsafe { ffi::EVP_PKEY_CTX_set_params(ctx.as_ptr(), arr.0) })
 }
 
-/// KEM encapsulation (`EVP_PKEY_encapsulate`) to `pkey`: (ciphertext, shared secret).
-pub fn kem_encapsulate<T: HasPublic>(
-    pkey: &PKeyRef<T>,
-) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>), ErrorStack> {
-    let ctx = PkeyCtx::new(pkey)?;
-    // SAFETY: `ctx` is a live context on a key; NULL params is allowed.
-    check(unsafe { ffi::EVP_PKEY_encapsulate_init(ctx.as_ptr(), std::ptr::null()) })?;
-    let (mut ct_len, mut ss_len) = (0usize, 0usize);
-    // SAFETY: NULL output buffers ask for the two lengths, written to the two size_t.
-    check(unsafe {
-        ffi::EVP_PKEY_encapsulate(
-            ctx.as_ptr(),
-            std::ptr::null_mut(),
-            &mut ct_len,
-            std::ptr::null_mut(),
-            &mut ss_len,
-        )
-    })?;
-    let mut ct = vec![0u8; ct_len];
-    let mut ss = Zeroizing::new(vec![0u8; ss_len]);
-    // SAFETY: both buffers have the capacities just reported, passed in the length arguments.
-    check(unsafe {
-        ffi::EVP_PKEY_encapsulate(
-            ctx.as_ptr(),
-            ct.as_mut_ptr(),
-            &mut ct_len,
-            ss.as_mut_ptr(),
-            &mut ss_len,
-        )
-    })?;
-    ct.truncate(ct_len);
-    ss.truncate(ss_len);
-    Ok((ct, ss))
+/// `EVP_PKEY_sign_message_init`: starts a streaming signature on a context created on a
+/// private key, with the key type's own signature algorithm, then applies `params`.
+pub fn sign_message_init<T>(ctx: &mut PkeyCtxRef<T>, params: &[Param]) -> Result<(), ErrorStack> {
+    let arr = build(params)?;
+    // SAFETY: `ctx` is a live context; a NULL algorithm asks for the key type's default
+    // (fetched and kept by the context); `arr.0` is a valid parameter array, only read.
+    check(unsafe { ffi::EVP_PKEY_sign_message_init(ctx.as_ptr(), std::ptr::null_mut(), arr.0) })
 }
 
-/// KEM decapsulation (`EVP_PKEY_decapsulate`) of `ct` with `pkey`: the shared secret.
-pub fn kem_decapsulate<T: HasPrivate>(
-    pkey: &PKeyRef<T>,
-    ct: &[u8],
-) -> Result<Zeroizing<Vec<u8>>, ErrorStack> {
-    let ctx = PkeyCtx::new(pkey)?;
-    // SAFETY: `ctx` is a live context on a key; NULL params is allowed.
-    check(unsafe { ffi::EVP_PKEY_decapsulate_init(ctx.as_ptr(), std::ptr::null()) })?;
-    let mut ss_len = 0usize;
-    // SAFETY: a NULL output buffer asks for the secret's length; `ct` is read only.
-    check(unsafe {
-        ffi::EVP_PKEY_decapsulate(
-            ctx.as_ptr(),
-            std::ptr::null_mut(),
-            &mut ss_len,
-            ct.as_ptr(),
-            ct.len(),
-        )
-    })?;
-    let mut ss = Zeroizing::new(vec![0u8; ss_len]);
-    // SAFETY: `ss` has the capacity just reported, passed in `ss_len`; `ct` is read only.
-    check(unsafe {
-        ffi::EVP_PKEY_decapsulate(ctx.as_ptr(), ss.as_mut_ptr(), &mut ss_len, ct.as_ptr(), ct.len())
-    })?;
-    ss.truncate(ss_len);
-    Ok(ss)
+/// `EVP_PKEY_sign_message_update`: feeds part of the message.
+pub fn sign_message_update<T>(ctx: &mut PkeyCtxRef<T>, data: &[u8]) -> Result<(), ErrorStack> {
+    // SAFETY: `ctx` is live and mutably borrowed; `data` is read for `data.len()` bytes.
+    check(unsafe { EVP_PKEY_sign_message_update(ctx.as_ptr(), data.as_ptr(), data.len()) })
+}
+
+/// `EVP_PKEY_sign_message_final`: writes the signature into `sig` (which must be large
+/// enough) and returns its length.
+pub fn sign_message_final<T>(ctx: &mut PkeyCtxRef<T>, sig: &mut [u8]) -> Result<usize, ErrorStack> {
+    let mut len = sig.len();
+    // SAFETY: `ctx` is live; OpenSSL writes at most `len` (the buffer's size) bytes to `sig`
+    // and stores the length written in `len`.
+    check(unsafe { EVP_PKEY_sign_message_final(ctx.as_ptr(), sig.as_mut_ptr(), &mut len) })?;
+    Ok(len)
+}
+
+/// `EVP_PKEY_verify_message_init`: starts a streaming verification on a context created on a
+/// public key, with the key type's own signature algorithm, then applies `params`.
+pub fn verify_message_init<T>(ctx: &mut PkeyCtxRef<T>, params: &[Param]) -> Result<(), ErrorStack> {
+    let arr = build(params)?;
+    // SAFETY: as in `sign_message_init`.
+    check(unsafe { ffi::EVP_PKEY_verify_message_init(ctx.as_ptr(), std::ptr::null_mut(), arr.0) })
+}
+
+/// `EVP_PKEY_verify_message_update`: feeds part of the message.
+pub fn verify_message_update<T>(ctx: &mut PkeyCtxRef<T>, data: &[u8]) -> Result<(), ErrorStack> {
+    // SAFETY: `ctx` is live and mutably borrowed; `data` is read for `data.len()` bytes.
+    check(unsafe { EVP_PKEY_verify_message_update(ctx.as_ptr(), data.as_ptr(), data.len()) })
+}
+
+/// `EVP_PKEY_CTX_set_signature` + `EVP_PKEY_verify_message_final`: `Ok(true)` when `sig` is a
+/// valid signature of the message fed so far. A wrong signature is `Ok(false)` (the error
+/// queue is cleared).
+pub fn verify_message_final<T>(ctx: &mut PkeyCtxRef<T>, sig: &[u8]) -> Result<bool, ErrorStack> {
+    // SAFETY: `ctx` is live; OpenSSL copies the `sig.len()` bytes of `sig`.
+    check(unsafe { EVP_PKEY_CTX_set_signature(ctx.as_ptr(), sig.as_ptr(), sig.len()) })?;
+    // SAFETY: `ctx` is live.
+    let ok = unsafe { EVP_PKEY_verify_message_final(ctx.as_ptr()) } == 1;
+    if !ok {
+        // Drain the error queue: a bad signature is an answer, not a failure.
+        drop(ErrorStack::get());
+    }
+    Ok(ok)
 }

@@ -8,13 +8,15 @@
 //!   field on import.
 //! - [`Mac`]: an `EVP_MAC` context (HMAC over any digest, CMAC over any block cipher), the
 //!   algorithm fetched once per process.
+//! - [`aes_gcm_any_iv`]: AES-GCM with IVs longer than the 128 bytes `EVP` accepts (PKCS#11
+//!   allows any length), on OpenSSL's public `CRYPTO_gcm128_*` functions.
 //!
 //! Every function here is safe to call with any input; failures come back as
 //! [`openssl::error::ErrorStack`] or `None`.
 
 use openssl::error::ErrorStack;
 use openssl_sys as ffi;
-use std::ffi::{c_char, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::ptr;
 use std::sync::OnceLock;
 use zeroize::Zeroize;
@@ -166,14 +168,26 @@ impl Sha {
         ffi::init();
         let ctx = match kind {
             ShaKind::Sha1 => {
-                let mut c = Sha1Ctx { h: [0; 5], nl: 0, nh: 0, data: [0; 16], num: 0 };
+                let mut c = Sha1Ctx {
+                    h: [0; 5],
+                    nl: 0,
+                    nh: 0,
+                    data: [0; 16],
+                    num: 0,
+                };
                 // SAFETY: `c` has the layout of `SHA_CTX`; SHA1_Init only writes into it.
                 unsafe { ffi::SHA1_Init(&mut c as *mut Sha1Ctx as *mut ffi::SHA_CTX) };
                 ShaCtx::S1(c)
             }
             ShaKind::Sha224 | ShaKind::Sha256 => {
-                let mut c =
-                    Sha256Ctx { h: [0; 8], nl: 0, nh: 0, data: [0; 16], num: 0, md_len: 0 };
+                let mut c = Sha256Ctx {
+                    h: [0; 8],
+                    nl: 0,
+                    nh: 0,
+                    data: [0; 16],
+                    num: 0,
+                    md_len: 0,
+                };
                 let p = &mut c as *mut Sha256Ctx as *mut ffi::SHA256_CTX;
                 // SAFETY: `c` has the layout of `SHA256_CTX`; the init functions only write it.
                 unsafe {
@@ -186,8 +200,14 @@ impl Sha {
                 ShaCtx::S256(c)
             }
             ShaKind::Sha384 | ShaKind::Sha512 => {
-                let mut c =
-                    Sha512Ctx { h: [0; 8], nl: 0, nh: 0, data: [0; 16], num: 0, md_len: 0 };
+                let mut c = Sha512Ctx {
+                    h: [0; 8],
+                    nl: 0,
+                    nh: 0,
+                    data: [0; 16],
+                    num: 0,
+                    md_len: 0,
+                };
                 let p = &mut c as *mut Sha512Ctx as *mut ffi::SHA512_CTX;
                 // SAFETY: `c` has the layout of `SHA512_CTX`; the init functions only write it.
                 unsafe {
@@ -268,25 +288,34 @@ impl Sha {
         let mut v = Vec::with_capacity(self.kind.state_len());
         match &self.ctx {
             ShaCtx::S1(c) => {
-                c.h.iter().for_each(|w| v.extend_from_slice(&w.to_le_bytes()));
+                c.h.iter()
+                    .for_each(|w| v.extend_from_slice(&w.to_le_bytes()));
                 v.extend_from_slice(&c.nl.to_le_bytes());
                 v.extend_from_slice(&c.nh.to_le_bytes());
-                c.data.iter().for_each(|w| v.extend_from_slice(&w.to_ne_bytes()));
+                c.data
+                    .iter()
+                    .for_each(|w| v.extend_from_slice(&w.to_ne_bytes()));
                 v.extend_from_slice(&c.num.to_le_bytes());
             }
             ShaCtx::S256(c) => {
-                c.h.iter().for_each(|w| v.extend_from_slice(&w.to_le_bytes()));
+                c.h.iter()
+                    .for_each(|w| v.extend_from_slice(&w.to_le_bytes()));
                 v.extend_from_slice(&c.nl.to_le_bytes());
                 v.extend_from_slice(&c.nh.to_le_bytes());
-                c.data.iter().for_each(|w| v.extend_from_slice(&w.to_ne_bytes()));
+                c.data
+                    .iter()
+                    .for_each(|w| v.extend_from_slice(&w.to_ne_bytes()));
                 v.extend_from_slice(&c.num.to_le_bytes());
                 v.extend_from_slice(&c.md_len.to_le_bytes());
             }
             ShaCtx::S512(c) => {
-                c.h.iter().for_each(|w| v.extend_from_slice(&w.to_le_bytes()));
+                c.h.iter()
+                    .for_each(|w| v.extend_from_slice(&w.to_le_bytes()));
                 v.extend_from_slice(&c.nl.to_le_bytes());
                 v.extend_from_slice(&c.nh.to_le_bytes());
-                c.data.iter().for_each(|w| v.extend_from_slice(&w.to_ne_bytes()));
+                c.data
+                    .iter()
+                    .for_each(|w| v.extend_from_slice(&w.to_ne_bytes()));
                 v.extend_from_slice(&c.num.to_le_bytes());
                 v.extend_from_slice(&c.md_len.to_le_bytes());
             }
@@ -305,7 +334,13 @@ impl Sha {
         let block = kind.block_len() as u64;
         let ctx = match kind {
             ShaKind::Sha1 => {
-                let mut c = Sha1Ctx { h: [0; 5], nl: 0, nh: 0, data: [0; 16], num: 0 };
+                let mut c = Sha1Ctx {
+                    h: [0; 5],
+                    nl: 0,
+                    nh: 0,
+                    data: [0; 16],
+                    num: 0,
+                };
                 c.h.iter_mut().for_each(|w| *w = r.u32_le());
                 c.nl = r.u32_le();
                 c.nh = r.u32_le();
@@ -317,8 +352,14 @@ impl Sha {
                 ShaCtx::S1(c)
             }
             ShaKind::Sha224 | ShaKind::Sha256 => {
-                let mut c =
-                    Sha256Ctx { h: [0; 8], nl: 0, nh: 0, data: [0; 16], num: 0, md_len: 0 };
+                let mut c = Sha256Ctx {
+                    h: [0; 8],
+                    nl: 0,
+                    nh: 0,
+                    data: [0; 16],
+                    num: 0,
+                    md_len: 0,
+                };
                 c.h.iter_mut().for_each(|w| *w = r.u32_le());
                 c.nl = r.u32_le();
                 c.nh = r.u32_le();
@@ -334,8 +375,14 @@ impl Sha {
                 ShaCtx::S256(c)
             }
             ShaKind::Sha384 | ShaKind::Sha512 => {
-                let mut c =
-                    Sha512Ctx { h: [0; 8], nl: 0, nh: 0, data: [0; 16], num: 0, md_len: 0 };
+                let mut c = Sha512Ctx {
+                    h: [0; 8],
+                    nl: 0,
+                    nh: 0,
+                    data: [0; 16],
+                    num: 0,
+                    md_len: 0,
+                };
                 c.h.iter_mut().for_each(|w| *w = r.u64_le());
                 c.nl = r.u64_le();
                 c.nh = r.u64_le();
@@ -402,7 +449,10 @@ unsafe impl Send for MacMethod {}
 // SAFETY: as above.
 unsafe impl Sync for MacMethod {}
 
-fn mac_method(cell: &'static OnceLock<Option<MacMethod>>, name: &CStr) -> Option<*mut ffi::EVP_MAC> {
+fn mac_method(
+    cell: &'static OnceLock<Option<MacMethod>>,
+    name: &CStr,
+) -> Option<*mut ffi::EVP_MAC> {
     cell.get_or_init(|| {
         ffi::init();
         // SAFETY: `name` is NUL-terminated; a NULL library context and properties are allowed.
@@ -475,11 +525,7 @@ impl Mac {
         // avoided by passing the slice's dangling-but-valid pointer with length 0).
         let ok = unsafe {
             let params = [
-                OSSL_PARAM_construct_utf8_string(
-                    param.as_ptr(),
-                    value.as_ptr() as *mut c_char,
-                    0,
-                ),
+                OSSL_PARAM_construct_utf8_string(param.as_ptr(), value.as_ptr() as *mut c_char, 0),
                 ffi::OSSL_PARAM_construct_end(),
             ];
             ffi::EVP_MAC_init(mac.ctx, key.as_ptr(), key.len(), params.as_ptr())
@@ -532,8 +578,165 @@ impl Mac {
         if ctx.is_null() {
             return Err(ErrorStack::get());
         }
-        Ok(Mac { ctx, size: self.size })
+        Ok(Mac {
+            ctx,
+            size: self.size,
+        })
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AES-GCM with IVs longer than EVP accepts
+// ---------------------------------------------------------------------------------------------
+
+/// Opaque `GCM128_CONTEXT` of `<openssl/modes.h>`.
+#[repr(C)]
+struct Gcm128Context {
+    _private: [u8; 0],
+}
+
+type Block128 = unsafe extern "C" fn(input: *const u8, output: *mut u8, key: *const c_void);
+
+extern "C" {
+    fn CRYPTO_gcm128_new(key: *mut c_void, block: Block128) -> *mut Gcm128Context;
+    fn CRYPTO_gcm128_setiv(ctx: *mut Gcm128Context, iv: *const u8, len: usize);
+    fn CRYPTO_gcm128_aad(ctx: *mut Gcm128Context, aad: *const u8, len: usize) -> c_int;
+    fn CRYPTO_gcm128_encrypt(
+        ctx: *mut Gcm128Context,
+        input: *const u8,
+        output: *mut u8,
+        len: usize,
+    ) -> c_int;
+    fn CRYPTO_gcm128_decrypt(
+        ctx: *mut Gcm128Context,
+        input: *const u8,
+        output: *mut u8,
+        len: usize,
+    ) -> c_int;
+    fn CRYPTO_gcm128_finish(ctx: *mut Gcm128Context, tag: *const u8, len: usize) -> c_int;
+    fn CRYPTO_gcm128_tag(ctx: *mut Gcm128Context, tag: *mut u8, len: usize);
+    fn CRYPTO_gcm128_release(ctx: *mut Gcm128Context);
+}
+
+/// The block function handed to `GCM128`: one AES block through a keyed AES-ECB `EVP`
+/// context (AES-NI / constant-time code where the CPU has it).
+unsafe extern "C" fn ecb_block(input: *const u8, output: *mut u8, key: *const c_void) {
+    let mut outl: c_int = 0;
+    // SAFETY: `key` is the live, keyed, padding-free ECB context that `aes_gcm_any_iv` passed
+    // to CRYPTO_gcm128_new; GCM128 calls this with 16-byte input and output blocks.
+    unsafe {
+        ffi::EVP_EncryptUpdate(
+            key as *mut ffi::EVP_CIPHER_CTX,
+            output,
+            &mut outl,
+            input,
+            16,
+        );
+    }
+}
+
+/// Owns an `EVP_CIPHER_CTX`.
+struct EvpCtx(*mut ffi::EVP_CIPHER_CTX);
+
+impl Drop for EvpCtx {
+    fn drop(&mut self) {
+        // SAFETY: allocated by EVP_CIPHER_CTX_new, freed once (NULL is allowed).
+        unsafe { ffi::EVP_CIPHER_CTX_free(self.0) }
+    }
+}
+
+/// Owns a `GCM128_CONTEXT`.
+struct Gcm128(*mut Gcm128Context);
+
+impl Drop for Gcm128 {
+    fn drop(&mut self) {
+        // SAFETY: allocated by CRYPTO_gcm128_new, released once; release wipes it.
+        unsafe { CRYPTO_gcm128_release(self.0) }
+    }
+}
+
+/// Why [`aes_gcm_any_iv`] did not succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcmError {
+    /// Decryption: the tag does not verify.
+    TagMismatch,
+    /// Bad arguments (key, IV, tag or buffer lengths; data beyond GCM's limit) or an OpenSSL
+    /// failure.
+    Failed,
+}
+
+/// One whole AES-GCM encryption (`encrypt`: `output` = ciphertext of `input`, `tag` written)
+/// or decryption (`output` = plaintext, `tag` checked), for any IV length from 1 byte (EVP's
+/// GCM stops at 128 bytes). Runs OpenSSL's `CRYPTO_gcm128_*` over an AES-ECB `EVP` context.
+/// `output` must be as long as `input`; the tag 1 to 16 bytes; the key 16, 24 or 32 bytes.
+/// After a failed decryption `output` is zeroed.
+pub fn aes_gcm_any_iv(
+    key: &[u8],
+    iv: &[u8],
+    aad: &[u8],
+    input: &[u8],
+    output: &mut [u8],
+    tag: &mut [u8],
+    encrypt: bool,
+) -> Result<(), GcmError> {
+    let name = match key.len() {
+        16 => c"AES-128-ECB",
+        24 => c"AES-192-ECB",
+        32 => c"AES-256-ECB",
+        _ => return Err(GcmError::Failed),
+    };
+    if iv.is_empty() || output.len() != input.len() || tag.is_empty() || tag.len() > 16 {
+        return Err(GcmError::Failed);
+    }
+    ffi::init();
+    // SAFETY: every pointer handed to OpenSSL below is live for the call and of the length
+    // given; the ECB context outlives the GCM128 context (dropped in reverse order of
+    // declaration) and is used only through `ecb_block`.
+    let r = unsafe {
+        let ecb = EvpCtx(ffi::EVP_CIPHER_CTX_new());
+        if ecb.0.is_null() {
+            return Err(GcmError::Failed);
+        }
+        let cipher = ffi::EVP_CIPHER_fetch(ptr::null_mut(), name.as_ptr(), ptr::null());
+        if cipher.is_null() {
+            return Err(GcmError::Failed);
+        }
+        let ok = ffi::EVP_EncryptInit_ex(ecb.0, cipher, ptr::null_mut(), key.as_ptr(), ptr::null());
+        // The context holds its own reference to the cipher.
+        ffi::EVP_CIPHER_free(cipher);
+        if ok != 1 || ffi::EVP_CIPHER_CTX_set_padding(ecb.0, 0) != 1 {
+            return Err(GcmError::Failed);
+        }
+        let gcm = Gcm128(CRYPTO_gcm128_new(ecb.0 as *mut c_void, ecb_block));
+        if gcm.0.is_null() {
+            return Err(GcmError::Failed);
+        }
+        CRYPTO_gcm128_setiv(gcm.0, iv.as_ptr(), iv.len());
+        if !aad.is_empty() && CRYPTO_gcm128_aad(gcm.0, aad.as_ptr(), aad.len()) != 0 {
+            return Err(GcmError::Failed);
+        }
+        let done = if input.is_empty() {
+            0
+        } else if encrypt {
+            CRYPTO_gcm128_encrypt(gcm.0, input.as_ptr(), output.as_mut_ptr(), input.len())
+        } else {
+            CRYPTO_gcm128_decrypt(gcm.0, input.as_ptr(), output.as_mut_ptr(), input.len())
+        };
+        if done != 0 {
+            Err(GcmError::Failed)
+        } else if encrypt {
+            CRYPTO_gcm128_tag(gcm.0, tag.as_mut_ptr(), tag.len());
+            Ok(())
+        } else if CRYPTO_gcm128_finish(gcm.0, tag.as_ptr(), tag.len()) == 0 {
+            Ok(())
+        } else {
+            Err(GcmError::TagMismatch)
+        }
+    };
+    if r.is_err() && !encrypt {
+        output.zeroize();
+    }
+    r
 }
 
 #[cfg(test)]
@@ -547,8 +750,13 @@ mod tests {
     #[test]
     fn sha_matches_openssl_and_round_trips() {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
-        for kind in [ShaKind::Sha1, ShaKind::Sha224, ShaKind::Sha256, ShaKind::Sha384, ShaKind::Sha512]
-        {
+        for kind in [
+            ShaKind::Sha1,
+            ShaKind::Sha224,
+            ShaKind::Sha256,
+            ShaKind::Sha384,
+            ShaKind::Sha512,
+        ] {
             let md = match kind {
                 ShaKind::Sha1 => openssl::hash::MessageDigest::sha1(),
                 ShaKind::Sha224 => openssl::hash::MessageDigest::sha224(),
@@ -565,7 +773,11 @@ mod tests {
                 let mut r = Sha::import(kind, &st).unwrap();
                 r.update(&data[split..]);
                 let got = r.finish();
-                assert_eq!(hex(&got[..kind.output_len()]), hex(&want), "{kind:?} {split}");
+                assert_eq!(
+                    hex(&got[..kind.output_len()]),
+                    hex(&want),
+                    "{kind:?} {split}"
+                );
             }
             // Garbage is refused.
             let mut st = Sha::new(kind).export();
@@ -574,10 +786,16 @@ mod tests {
             st[num_at..num_at + 4].copy_from_slice(&(kind.block_len() as u32).to_le_bytes());
             assert!(Sha::import(kind, &st).is_none(), "num out of range");
             st[num_at..num_at + 4].copy_from_slice(&1u32.to_le_bytes());
-            assert!(Sha::import(kind, &st).is_none(), "num disagrees with the bit count");
+            assert!(
+                Sha::import(kind, &st).is_none(),
+                "num disagrees with the bit count"
+            );
         }
         let st = Sha::new(ShaKind::Sha256).export();
-        assert!(Sha::import(ShaKind::Sha224, &st).is_none(), "md_len differs");
+        assert!(
+            Sha::import(ShaKind::Sha224, &st).is_none(),
+            "md_len differs"
+        );
     }
 
     #[test]
@@ -600,5 +818,39 @@ mod tests {
         let out = c.finish().unwrap();
         assert_eq!(hex(&out[..16]), "bb1d6929e95937287fa37d129b756746");
         drop(c2);
+    }
+
+    #[test]
+    fn gcm_any_iv_matches_evp() {
+        let key = [7u8; 16];
+        let data = b"0123456789abcdef0123";
+        for ivlen in [1usize, 12, 60, 128] {
+            let iv: Vec<u8> = (0..ivlen).map(|i| (i * 3) as u8).collect();
+            let mut tag = [0u8; 16];
+            let want = openssl::symm::encrypt_aead(
+                openssl::symm::Cipher::aes_128_gcm(),
+                &key,
+                Some(&iv),
+                b"aad",
+                data,
+                &mut tag,
+            )
+            .unwrap();
+            let mut ct = vec![0u8; data.len()];
+            let mut t = [0u8; 16];
+            aes_gcm_any_iv(&key, &iv, b"aad", data, &mut ct, &mut t, true).unwrap();
+            assert_eq!(ct, want);
+            assert_eq!(t, tag);
+            let mut pt = vec![0u8; data.len()];
+            aes_gcm_any_iv(&key, &iv, b"aad", &ct, &mut pt, &mut t, false).unwrap();
+            assert_eq!(&pt, data);
+            t[0] ^= 1;
+            let r = aes_gcm_any_iv(&key, &iv, b"aad", &ct, &mut pt, &mut t, false);
+            assert_eq!(r, Err(GcmError::TagMismatch));
+            assert_eq!(pt, vec![0u8; data.len()]);
+        }
+        let mut t = [0u8; 16];
+        let r = aes_gcm_any_iv(&[0; 15], &[0; 12], b"", b"", &mut [], &mut t, true);
+        assert_eq!(r, Err(GcmError::Failed));
     }
 }

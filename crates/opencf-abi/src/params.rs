@@ -126,7 +126,10 @@ pub(crate) unsafe fn mechanism(p: *const CK_MECHANISM) -> CkResult<Mechanism> {
     unsafe {
         let m = p.read_unaligned();
         let param = parse(m.mechanism, m.pParameter, m.ulParameterLen)?;
-        Ok(Mechanism { mechanism: m.mechanism, param })
+        Ok(Mechanism {
+            mechanism: m.mechanism,
+            param,
+        })
     }
 }
 
@@ -147,7 +150,10 @@ pub(crate) unsafe fn parse(
         Ok(match mech {
             CKM_AES_CTR => {
                 let s: CK_AES_CTR_PARAMS = read_struct(p, len)?;
-                MechParam::AesCtr { counter_bits: s.ulCounterBits, cb: s.cb }
+                MechParam::AesCtr {
+                    counter_bits: s.ulCounterBits,
+                    cb: s.cb,
+                }
             }
             CKM_AES_GCM => {
                 let s: CK_GCM_PARAMS = read_struct(p, len)?;
@@ -168,7 +174,11 @@ pub(crate) unsafe fn parse(
             m if MAC_GENERAL.contains(&m) => MechParam::Ulong(read_struct::<CK_ULONG>(p, len)?),
             m if RSA_PSS.contains(&m) => {
                 let s: CK_RSA_PKCS_PSS_PARAMS = read_struct(p, len)?;
-                MechParam::RsaPss { hash_alg: s.hashAlg, mgf: s.mgf, salt_len: s.sLen }
+                MechParam::RsaPss {
+                    hash_alg: s.hashAlg,
+                    mgf: s.mgf,
+                    salt_len: s.sLen,
+                }
             }
             CKM_RSA_PKCS_OAEP => {
                 let s: CK_RSA_PKCS_OAEP_PARAMS = read_struct(p, len)?;
@@ -375,7 +385,10 @@ mod tests {
 
     #[test]
     fn null_mechanism() {
-        assert_eq!(unsafe { mechanism(ptr::null()) }.unwrap_err(), CKR_ARGUMENTS_BAD);
+        assert_eq!(
+            unsafe { mechanism(ptr::null()) }.unwrap_err(),
+            CKR_ARGUMENTS_BAD
+        );
     }
 
     #[test]
@@ -392,14 +405,28 @@ mod tests {
         };
         assert_eq!(
             parse_struct(CKM_AES_GCM, &s).unwrap(),
-            MechParam::Gcm { iv: vec![1; 12], iv_bits: 96, aad: b"header".to_vec(), tag_bits: 128 }
+            MechParam::Gcm {
+                iv: vec![1; 12],
+                iv_bits: 96,
+                aad: b"header".to_vec(),
+                tag_bits: 128
+            }
         );
         // Inner NULL with a length.
-        let bad = CK_GCM_PARAMS { pAAD: ptr::null_mut(), ..s };
+        let bad = CK_GCM_PARAMS {
+            pAAD: ptr::null_mut(),
+            ..s
+        };
         assert_eq!(parse_struct(CKM_AES_GCM, &bad).unwrap_err(), INVALID);
         // Empty AAD with NULL is fine.
-        let empty = CK_GCM_PARAMS { pAAD: ptr::null_mut(), ulAADLen: 0, ..s };
-        assert!(matches!(parse_struct(CKM_AES_GCM, &empty), Ok(MechParam::Gcm { aad, .. }) if aad.is_empty()));
+        let empty = CK_GCM_PARAMS {
+            pAAD: ptr::null_mut(),
+            ulAADLen: 0,
+            ..s
+        };
+        assert!(
+            matches!(parse_struct(CKM_AES_GCM, &empty), Ok(MechParam::Gcm { aad, .. }) if aad.is_empty())
+        );
         // Wrong length (the pre-2.40 structure without ulIvBits).
         let m = CK_MECHANISM {
             mechanism: CKM_AES_GCM,
@@ -408,17 +435,33 @@ mod tests {
         };
         assert_eq!(unsafe { mechanism(&m) }.unwrap_err(), INVALID);
         // Missing parameter.
-        let m = CK_MECHANISM { mechanism: CKM_AES_GCM, pParameter: ptr::null_mut(), ulParameterLen: 0 };
+        let m = CK_MECHANISM {
+            mechanism: CKM_AES_GCM,
+            pParameter: ptr::null_mut(),
+            ulParameterLen: 0,
+        };
         assert_eq!(unsafe { mechanism(&m) }.unwrap_err(), INVALID);
     }
 
     #[test]
     fn pss_and_oaep() {
-        let pss = CK_RSA_PKCS_PSS_PARAMS { hashAlg: CKM_SHA256, mgf: CKG_MGF1_SHA256, sLen: 32 };
-        for m in [CKM_RSA_PKCS_PSS, CKM_SHA256_RSA_PKCS_PSS, CKM_SHA3_512_RSA_PKCS_PSS] {
+        let pss = CK_RSA_PKCS_PSS_PARAMS {
+            hashAlg: CKM_SHA256,
+            mgf: CKG_MGF1_SHA256,
+            sLen: 32,
+        };
+        for m in [
+            CKM_RSA_PKCS_PSS,
+            CKM_SHA256_RSA_PKCS_PSS,
+            CKM_SHA3_512_RSA_PKCS_PSS,
+        ] {
             assert_eq!(
                 parse_struct(m, &pss).unwrap(),
-                MechParam::RsaPss { hash_alg: CKM_SHA256, mgf: CKG_MGF1_SHA256, salt_len: 32 }
+                MechParam::RsaPss {
+                    hash_alg: CKM_SHA256,
+                    mgf: CKG_MGF1_SHA256,
+                    salt_len: 32
+                }
             );
         }
         let mut label = *b"label";
@@ -440,33 +483,70 @@ mod tests {
         );
         // A PSS structure given to OAEP has the wrong size.
         assert_eq!(parse_struct(CKM_RSA_PKCS_OAEP, &pss).unwrap_err(), INVALID);
-        let bad = CK_RSA_PKCS_OAEP_PARAMS { pSourceData: ptr::null_mut(), ..oaep };
+        let bad = CK_RSA_PKCS_OAEP_PARAMS {
+            pSourceData: ptr::null_mut(),
+            ..oaep
+        };
         assert_eq!(parse_struct(CKM_RSA_PKCS_OAEP, &bad).unwrap_err(), INVALID);
     }
 
     #[test]
     fn simple_params() {
-        let ctr = CK_AES_CTR_PARAMS { ulCounterBits: 32, cb: [9; 16] };
+        let ctr = CK_AES_CTR_PARAMS {
+            ulCounterBits: 32,
+            cb: [9; 16],
+        };
         assert_eq!(
             parse_struct(CKM_AES_CTR, &ctr).unwrap(),
-            MechParam::AesCtr { counter_bits: 32, cb: [9; 16] }
+            MechParam::AesCtr {
+                counter_bits: 32,
+                cb: [9; 16]
+            }
         );
         let len: CK_ULONG = 16;
-        assert_eq!(parse_struct(CKM_SHA256_HMAC_GENERAL, &len).unwrap(), MechParam::Ulong(16));
-        assert_eq!(parse_struct(CKM_AES_CMAC_GENERAL, &len).unwrap(), MechParam::Ulong(16));
+        assert_eq!(
+            parse_struct(CKM_SHA256_HMAC_GENERAL, &len).unwrap(),
+            MechParam::Ulong(16)
+        );
+        assert_eq!(
+            parse_struct(CKM_AES_CMAC_GENERAL, &len).unwrap(),
+            MechParam::Ulong(16)
+        );
         let iv = [5u8; 16];
-        assert_eq!(parse_struct(CKM_AES_CBC_PAD, &iv).unwrap(), MechParam::Bytes(vec![5; 16]));
-        let m = CK_MECHANISM { mechanism: CKM_SHA256, pParameter: ptr::null_mut(), ulParameterLen: 0 };
+        assert_eq!(
+            parse_struct(CKM_AES_CBC_PAD, &iv).unwrap(),
+            MechParam::Bytes(vec![5; 16])
+        );
+        let m = CK_MECHANISM {
+            mechanism: CKM_SHA256,
+            pParameter: ptr::null_mut(),
+            ulParameterLen: 0,
+        };
         assert_eq!(unsafe { mechanism(&m) }.unwrap().param, MechParam::None);
-        let m = CK_MECHANISM { mechanism: CKM_AES_CBC, pParameter: ptr::null_mut(), ulParameterLen: 16 };
+        let m = CK_MECHANISM {
+            mechanism: CKM_AES_CBC,
+            pParameter: ptr::null_mut(),
+            ulParameterLen: 16,
+        };
         assert_eq!(unsafe { mechanism(&m) }.unwrap_err(), INVALID);
-        let m = CK_MECHANISM { mechanism: CKM_EDDSA, pParameter: ptr::null_mut(), ulParameterLen: 0 };
+        let m = CK_MECHANISM {
+            mechanism: CKM_EDDSA,
+            pParameter: ptr::null_mut(),
+            ulParameterLen: 0,
+        };
         assert_eq!(unsafe { mechanism(&m) }.unwrap().param, MechParam::None);
         let mut ctx = *b"ctx";
-        let ed = CK_EDDSA_PARAMS { phFlag: CK_TRUE, ulContextDataLen: 3, pContextData: ctx.as_mut_ptr() };
+        let ed = CK_EDDSA_PARAMS {
+            phFlag: CK_TRUE,
+            ulContextDataLen: 3,
+            pContextData: ctx.as_mut_ptr(),
+        };
         assert_eq!(
             parse_struct(CKM_EDDSA, &ed).unwrap(),
-            MechParam::Eddsa { ph: true, context: b"ctx".to_vec() }
+            MechParam::Eddsa {
+                ph: true,
+                context: b"ctx".to_vec()
+            }
         );
         let sc = CK_SIGN_ADDITIONAL_CONTEXT {
             hedgeVariant: CKH_DETERMINISTIC_REQUIRED,
@@ -475,7 +555,10 @@ mod tests {
         };
         assert_eq!(
             parse_struct(CKM_ML_DSA, &sc).unwrap(),
-            MechParam::SignContext { hedge: CKH_DETERMINISTIC_REQUIRED, context: b"ctx".to_vec() }
+            MechParam::SignContext {
+                hedge: CKH_DETERMINISTIC_REQUIRED,
+                context: b"ctx".to_vec()
+            }
         );
         let hsc = CK_HASH_SIGN_ADDITIONAL_CONTEXT {
             hedgeVariant: CKH_HEDGE_PREFERRED,
@@ -485,7 +568,11 @@ mod tests {
         };
         assert_eq!(
             parse_struct(CKM_HASH_ML_DSA, &hsc).unwrap(),
-            MechParam::HashSignContext { hedge: CKH_HEDGE_PREFERRED, context: vec![], hash: CKM_SHA256 }
+            MechParam::HashSignContext {
+                hedge: CKH_HEDGE_PREFERRED,
+                context: vec![],
+                hash: CKM_SHA256
+            }
         );
     }
 
@@ -501,7 +588,11 @@ mod tests {
         };
         assert_eq!(
             parse_struct(CKM_ECDH1_DERIVE, &ecdh).unwrap(),
-            MechParam::Ecdh1 { kdf: CKD_NULL, shared_data: vec![], public_data: vec![4; 65] }
+            MechParam::Ecdh1 {
+                kdf: CKD_NULL,
+                shared_data: vec![],
+                public_data: vec![4; 65]
+            }
         );
         let mut salt = *b"salt";
         let mut info = *b"info";
@@ -583,10 +674,19 @@ mod tests {
         unsafe { io.write_back(true, true) };
         assert_eq!(iv, [7; 12]);
         assert_eq!(tag, [8; 16]);
-        assert_eq!(unsafe { MessageIo::read(p, len - 8, true) }.err(), Some(INVALID));
-        assert_eq!(unsafe { MessageIo::read(ptr::null_mut(), len, true) }.err(), Some(CKR_ARGUMENTS_BAD));
+        assert_eq!(
+            unsafe { MessageIo::read(p, len - 8, true) }.err(),
+            Some(INVALID)
+        );
+        assert_eq!(
+            unsafe { MessageIo::read(ptr::null_mut(), len, true) }.err(),
+            Some(CKR_ARGUMENTS_BAD)
+        );
         gcm.ulTagBits = 4096;
         let p = &mut gcm as *mut _ as *mut c_void;
-        assert_eq!(unsafe { MessageIo::read(p, len, true) }.err(), Some(INVALID));
+        assert_eq!(
+            unsafe { MessageIo::read(p, len, true) }.err(),
+            Some(INVALID)
+        );
     }
 }

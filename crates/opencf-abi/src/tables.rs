@@ -24,8 +24,12 @@ pub type GetFunctionListFn = unsafe extern "C" fn(*mut *mut CK_FUNCTION_LIST) ->
 /// `C_GetInterfaceList` as a function pointer.
 pub type GetInterfaceListFn = unsafe extern "C" fn(*mut CK_INTERFACE, *mut CK_ULONG) -> CK_RV;
 /// `C_GetInterface` as a function pointer.
-pub type GetInterfaceFn =
-    unsafe extern "C" fn(*mut CK_UTF8CHAR, *mut CK_VERSION, *mut *mut CK_INTERFACE, CK_FLAGS) -> CK_RV;
+pub type GetInterfaceFn = unsafe extern "C" fn(
+    *mut CK_UTF8CHAR,
+    *mut CK_VERSION,
+    *mut *mut CK_INTERFACE,
+    CK_FLAGS,
+) -> CK_RV;
 
 /// The three entry points the macro defines in the module's crate (they refer to the module's
 /// own statics, so they cannot be generic functions of this crate).
@@ -176,7 +180,10 @@ impl Interfaces {
             versions: [
                 CK_VERSION { major: 3, minor: 2 },
                 CK_VERSION { major: 3, minor: 0 },
-                CK_VERSION { major: 2, minor: 40 },
+                CK_VERSION {
+                    major: 2,
+                    minor: 40,
+                },
             ],
         }
     }

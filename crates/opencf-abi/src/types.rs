@@ -34,15 +34,24 @@ impl std::fmt::Debug for Attribute {
 impl Attribute {
     /// An attribute with raw bytes.
     pub fn new(kind: CK_ATTRIBUTE_TYPE, value: impl Into<Vec<u8>>) -> Self {
-        Attribute { kind, value: value.into() }
+        Attribute {
+            kind,
+            value: value.into(),
+        }
     }
     /// A `CK_ULONG` attribute.
     pub fn ulong(kind: CK_ATTRIBUTE_TYPE, v: CK_ULONG) -> Self {
-        Attribute { kind, value: v.to_ne_bytes().to_vec() }
+        Attribute {
+            kind,
+            value: v.to_ne_bytes().to_vec(),
+        }
     }
     /// A `CK_BBOOL` attribute.
     pub fn bool(kind: CK_ATTRIBUTE_TYPE, v: bool) -> Self {
-        Attribute { kind, value: vec![v as u8] }
+        Attribute {
+            kind,
+            value: vec![v as u8],
+        }
     }
     /// The value read as a `CK_ULONG`; a value of the wrong size is `CKR_ATTRIBUTE_VALUE_INVALID`.
     pub fn as_ulong(&self) -> CkResult<CK_ULONG> {
@@ -67,6 +76,21 @@ pub fn bool_from_bytes(b: &[u8]) -> CkResult<bool> {
         [v] => Ok(*v != 0),
         _ => Err(CKR_ATTRIBUTE_VALUE_INVALID),
     }
+}
+
+/// Whether `t` is an attribute whose value is a nested template (`CKA_WRAP_TEMPLATE`,
+/// `CKA_UNWRAP_TEMPLATE`, `CKA_DERIVE_TEMPLATE`, `CKA_ENCAPSULATE_TEMPLATE`,
+/// `CKA_DECAPSULATE_TEMPLATE`). Other types with [`ARRAY_ATTRIBUTE_FLAG`] set, such as
+/// `CKA_ALLOWED_MECHANISMS` (an array of mechanism types) or unknown ones, are plain bytes.
+pub fn is_template_attribute(t: CK_ATTRIBUTE_TYPE) -> bool {
+    matches!(
+        t,
+        CKA_WRAP_TEMPLATE
+            | CKA_UNWRAP_TEMPLATE
+            | CKA_DERIVE_TEMPLATE
+            | CKA_ENCAPSULATE_TEMPLATE
+            | CKA_DECAPSULATE_TEMPLATE
+    )
 }
 
 /// Encodes a nested template (the value of an array attribute such as `CKA_WRAP_TEMPLATE`):
@@ -95,7 +119,10 @@ pub fn decode_template(mut b: &[u8]) -> CkResult<Vec<Attribute>> {
         if b.len() < len {
             return Err(CKR_ATTRIBUTE_VALUE_INVALID);
         }
-        out.push(Attribute { kind, value: b[..len].to_vec() });
+        out.push(Attribute {
+            kind,
+            value: b[..len].to_vec(),
+        });
         b = &b[len..];
     }
     Ok(out)
@@ -124,7 +151,10 @@ pub struct Mechanism {
 impl Mechanism {
     /// A mechanism without parameter.
     pub fn new(mechanism: CK_MECHANISM_TYPE) -> Self {
-        Mechanism { mechanism, param: MechParam::None }
+        Mechanism {
+            mechanism,
+            param: MechParam::None,
+        }
     }
 }
 
@@ -368,7 +398,9 @@ pub fn pad_field<const N: usize>(s: &str) -> [u8; N] {
 
 /// Reads a blank-padded PKCS#11 text field back into a trimmed string.
 pub fn unpad_field(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).trim_end_matches([' ', '\0']).to_string()
+    String::from_utf8_lossy(b)
+        .trim_end_matches([' ', '\0'])
+        .to_string()
 }
 
 #[cfg(test)]
@@ -377,9 +409,15 @@ mod tests {
 
     #[test]
     fn template_round_trip() {
-        let t = vec![Attribute::bool(CKA_SIGN, true), Attribute::new(CKA_LABEL, b"x".to_vec())];
+        let t = vec![
+            Attribute::bool(CKA_SIGN, true),
+            Attribute::new(CKA_LABEL, b"x".to_vec()),
+        ];
         assert_eq!(decode_template(&encode_template(&t)).unwrap(), t);
-        assert_eq!(decode_template(&[1, 2, 3]), Err(CKR_ATTRIBUTE_VALUE_INVALID));
+        assert_eq!(
+            decode_template(&[1, 2, 3]),
+            Err(CKR_ATTRIBUTE_VALUE_INVALID)
+        );
     }
 
     #[test]

@@ -65,11 +65,18 @@ fn step(
     out: &mut OutBuf,
     f: impl FnOnce(&mut dyn CipherOp, &mut OutBuf) -> CkResult<()>,
 ) -> CkResult<()> {
-    let (uid, m, mut op) = slot_of(st, encrypt).take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+    let (uid, m, mut op) = slot_of(st, encrypt)
+        .take()
+        .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
     let r = f(op.as_mut(), out);
     match r {
         Ok(()) if finishes && !out.is_query() => {
-            st.spare = Some(SpareCipher { key_uid: uid, mechanism: m, encrypt, op });
+            st.spare = Some(SpareCipher {
+                key_uid: uid,
+                mechanism: m,
+                encrypt,
+                op,
+            });
         }
         Ok(()) | Err(CKR_BUFFER_TOO_SMALL) => *slot_of(st, encrypt) = Some((uid, m, op)),
         Err(_) => {}
@@ -101,7 +108,9 @@ impl SoftToken {
         check_key(&obj, &classes, usage, mech.mechanism)?;
         let reuse = match st.spare.take() {
             Some(mut sp)
-                if sp.key_uid == obj.uid && sp.mechanism == mech.mechanism && sp.encrypt == encrypt =>
+                if sp.key_uid == obj.uid
+                    && sp.mechanism == mech.mechanism
+                    && sp.encrypt == encrypt =>
             {
                 sp.op.reinit(mech).ok().map(|_| sp.op)
             }
@@ -120,7 +129,12 @@ impl SoftToken {
     }
 
     /// `C_EncryptInit`.
-    pub fn encrypt_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    pub fn encrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         self.cipher_init(s, mech, key, true)
     }
 
@@ -132,7 +146,12 @@ impl SoftToken {
     }
 
     /// `C_EncryptUpdate`.
-    pub fn encrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn encrypt_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
         step(&mut st, true, false, out, |op, out| op.update(data, out))
@@ -146,7 +165,12 @@ impl SoftToken {
     }
 
     /// `C_DecryptInit`.
-    pub fn decrypt_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    pub fn decrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         self.cipher_init(s, mech, key, false)
     }
 
@@ -158,7 +182,12 @@ impl SoftToken {
     }
 
     /// `C_DecryptUpdate`.
-    pub fn decrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn decrypt_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
         step(&mut st, false, false, out, |op, out| op.update(data, out))
@@ -192,12 +221,19 @@ impl SoftToken {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut st = sess.lock();
-        let active = if encrypt { st.message_encrypt.is_some() } else { st.message_decrypt.is_some() };
+        let active = if encrypt {
+            st.message_encrypt.is_some()
+        } else {
+            st.message_decrypt.is_some()
+        };
         if active {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let (flag, usage) =
-            if encrypt { (CKF_MESSAGE_ENCRYPT, CKA_ENCRYPT) } else { (CKF_MESSAGE_DECRYPT, CKA_DECRYPT) };
+        let (flag, usage) = if encrypt {
+            (CKF_MESSAGE_ENCRYPT, CKA_ENCRYPT)
+        } else {
+            (CKF_MESSAGE_DECRYPT, CKA_DECRYPT)
+        };
         check_mechanism(mech.mechanism, flag)?;
         let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
         check_key(&obj, &[CKO_SECRET_KEY], usage, mech.mechanism)?;
@@ -222,15 +258,24 @@ impl SoftToken {
     ) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
-        let op = if encrypt { st.message_encrypt.as_mut() } else { st.message_decrypt.as_mut() };
-        op.ok_or(CKR_OPERATION_NOT_INITIALIZED)?.message(params, aad, data, out)
+        let op = if encrypt {
+            st.message_encrypt.as_mut()
+        } else {
+            st.message_decrypt.as_mut()
+        };
+        op.ok_or(CKR_OPERATION_NOT_INITIALIZED)?
+            .message(params, aad, data, out)
     }
 
     /// `C_MessageEncryptFinal` / `C_MessageDecryptFinal`.
     pub fn message_final(&self, s: CK_SESSION_HANDLE, encrypt: bool) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
-        let op = if encrypt { st.message_encrypt.take() } else { st.message_decrypt.take() };
+        let op = if encrypt {
+            st.message_encrypt.take()
+        } else {
+            st.message_decrypt.take()
+        };
         op.map(|_| ()).ok_or(CKR_OPERATION_NOT_INITIALIZED)
     }
 }

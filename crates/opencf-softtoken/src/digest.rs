@@ -17,6 +17,7 @@ impl SoftToken {
         }
         check_mechanism(m.mechanism, CKF_DIGEST)?;
         st.digest = Some(mech::digest_init(m)?);
+        st.digest_multi = false;
         Ok(())
     }
 
@@ -24,6 +25,11 @@ impl SoftToken {
     pub fn digest(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
+        if st.digest.is_some() && st.digest_multi {
+            // Single-part after multi-part: refused, and the operation ends.
+            st.digest = None;
+            return Err(CKR_OPERATION_ACTIVE);
+        }
         let mut op = st.digest.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = op.one_shot(data, out);
         if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
@@ -38,6 +44,7 @@ impl SoftToken {
         let mut st = sess.lock();
         let op = st.digest.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = op.update(data);
+        st.digest_multi = true;
         if r.is_err() {
             st.digest = None;
         }
@@ -57,6 +64,7 @@ impl SoftToken {
             return Err(CKR_KEY_INDIGESTIBLE);
         }
         let value = obj.key().value().map_err(|_| CKR_KEY_INDIGESTIBLE)?;
+        st.digest_multi = true;
         let op = st.digest.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         op.update(value)
     }

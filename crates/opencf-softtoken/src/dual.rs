@@ -38,7 +38,11 @@ impl SoftToken {
             return Ok(());
         }
         // The plaintext: the input when encrypting, the output when decrypting.
-        let plain: Vec<u8> = if encrypt { data.to_vec() } else { out.filled().unwrap_or(&[]).to_vec() };
+        let plain: Vec<u8> = if encrypt {
+            data.to_vec()
+        } else {
+            out.filled().unwrap_or(&[]).to_vec()
+        };
         let r = match second {
             Second::Digest => st.digest.as_mut().map(|d| d.update(&plain)),
             Second::Sign => st.sign.as_mut().map(|d| d.op.update(&plain)),
@@ -48,22 +52,42 @@ impl SoftToken {
     }
 
     /// `C_DigestEncryptUpdate`.
-    pub fn digest_encrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn digest_encrypt_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         self.dual(s, data, out, true, Second::Digest)
     }
 
     /// `C_DecryptDigestUpdate`.
-    pub fn decrypt_digest_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn decrypt_digest_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         self.dual(s, data, out, false, Second::Digest)
     }
 
     /// `C_SignEncryptUpdate`.
-    pub fn sign_encrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn sign_encrypt_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         self.dual(s, data, out, true, Second::Sign)
     }
 
     /// `C_DecryptVerifyUpdate`.
-    pub fn decrypt_verify_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn decrypt_verify_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         self.dual(s, data, out, false, Second::Verify)
     }
 }

@@ -29,7 +29,10 @@ fn inherit_sensitivity(attrs: &mut AttrMap, base: Option<&Object>) {
     let sensitive = attrs.is_true(CKA_SENSITIVE);
     let extractable = attrs.is_true(CKA_EXTRACTABLE);
     let (bs, bn) = base.map_or((false, false), |b| {
-        (b.attrs.is_true(CKA_ALWAYS_SENSITIVE), b.attrs.is_true(CKA_NEVER_EXTRACTABLE))
+        (
+            b.attrs.is_true(CKA_ALWAYS_SENSITIVE),
+            b.attrs.is_true(CKA_NEVER_EXTRACTABLE),
+        )
     });
     attrs.set_flag(CKA_ALWAYS_SENSITIVE, bs && sensitive);
     attrs.set_flag(CKA_NEVER_EXTRACTABLE, bn && !extractable);
@@ -52,7 +55,12 @@ fn secret_template(template: &[Attribute]) -> CkResult<AttrMap> {
 
 impl SoftToken {
     /// `C_GenerateKey`.
-    pub fn generate_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, template: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    pub fn generate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        template: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         check_mechanism(m.mechanism, CKF_GENERATE)?;
@@ -62,8 +70,14 @@ impl SoftToken {
                 return Err(CKR_TEMPLATE_INCONSISTENT);
             }
         }
+        crate::policy::check_generation_template(&t)?;
         let material = mech::generate_key(m, &t)?;
-        let attrs = self.build_object(&t, material, Origin::Generated(m.mechanism), Some(CKO_SECRET_KEY))?;
+        let attrs = self.build_object(
+            &t,
+            material,
+            Origin::Generated(m.mechanism),
+            Some(CKO_SECRET_KEY),
+        )?;
         self.store_object(&sess, attrs)
     }
 
@@ -85,6 +99,8 @@ impl SoftToken {
         {
             return Err(CKR_TEMPLATE_INCONSISTENT);
         }
+        crate::policy::check_generation_template(&pt)?;
+        crate::policy::check_generation_template(&qt)?;
         let (pm, qm) = mech::generate_key_pair(m, &pt, &qt)?;
         let origin = Origin::Generated(m.mechanism);
         let pa = self.build_object(&pt, pm, origin, Some(CKO_PUBLIC_KEY))?;
@@ -114,7 +130,13 @@ impl SoftToken {
         let mut st = sess.lock();
         let wk = self.op_key(&sess, &mut st, wrapping, CKR_WRAPPING_KEY_HANDLE_INVALID)?;
         drop(st);
-        check_key(&wk, &[CKO_SECRET_KEY, CKO_PUBLIC_KEY], CKA_WRAP, m.mechanism).map_err(|e| {
+        check_key(
+            &wk,
+            &[CKO_SECRET_KEY, CKO_PUBLIC_KEY],
+            CKA_WRAP,
+            m.mechanism,
+        )
+        .map_err(|e| {
             if e == CKR_KEY_TYPE_INCONSISTENT {
                 CKR_WRAPPING_KEY_TYPE_INCONSISTENT
             } else {
@@ -150,9 +172,20 @@ impl SoftToken {
         sess.check_pin_ok()?;
         check_mechanism(m.mechanism, CKF_UNWRAP)?;
         let mut st = sess.lock();
-        let uk = self.op_key(&sess, &mut st, unwrapping, CKR_UNWRAPPING_KEY_HANDLE_INVALID)?;
+        let uk = self.op_key(
+            &sess,
+            &mut st,
+            unwrapping,
+            CKR_UNWRAPPING_KEY_HANDLE_INVALID,
+        )?;
         drop(st);
-        check_key(&uk, &[CKO_SECRET_KEY, CKO_PRIVATE_KEY], CKA_UNWRAP, m.mechanism).map_err(|e| {
+        check_key(
+            &uk,
+            &[CKO_SECRET_KEY, CKO_PRIVATE_KEY],
+            CKA_UNWRAP,
+            m.mechanism,
+        )
+        .map_err(|e| {
             if e == CKR_KEY_TYPE_INCONSISTENT {
                 CKR_UNWRAPPING_KEY_TYPE_INCONSISTENT
             } else {
@@ -192,10 +225,19 @@ impl SoftToken {
         let mut st = sess.lock();
         let bk = self.op_key(&sess, &mut st, base, CKR_KEY_HANDLE_INVALID)?;
         drop(st);
-        check_key(&bk, &[CKO_SECRET_KEY, CKO_PRIVATE_KEY], CKA_DERIVE, m.mechanism)?;
+        check_key(
+            &bk,
+            &[CKO_SECRET_KEY, CKO_PRIVATE_KEY],
+            CKA_DERIVE,
+            m.mechanism,
+        )?;
         let t = secret_template(template)?;
         let salt = match &m.param {
-            MechParam::Hkdf { salt_type, salt_key, .. } if *salt_type == CKF_HKDF_SALT_KEY => {
+            MechParam::Hkdf {
+                salt_type,
+                salt_key,
+                ..
+            } if *salt_type == CKF_HKDF_SALT_KEY => {
                 Some(self.visible_object(&sess, *salt_key, CKR_KEY_HANDLE_INVALID)?)
             }
             _ => None,
@@ -209,7 +251,13 @@ impl SoftToken {
     }
 
     /// Stores a shared secret from a KEM as a new secret key.
-    fn kem_key(&self, sess: &crate::session::Session, template: &[Attribute], secret: &[u8], base: Option<&Object>) -> CkResult<CK_OBJECT_HANDLE> {
+    fn kem_key(
+        &self,
+        sess: &crate::session::Session,
+        template: &[Attribute],
+        secret: &[u8],
+        base: Option<&Object>,
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         let t = secret_template(template)?;
         let mut value = secret.to_vec();
         if let Some(n) = value_len(&t)? {

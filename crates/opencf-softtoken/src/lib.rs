@@ -32,7 +32,9 @@ pub mod token;
 
 use object::Object;
 use opencf_abi::sys::*;
-use opencf_abi::{AttrValue, Attribute, Backend, CkResult, InitArgs, Mechanism, MessageParams, OutBuf};
+use opencf_abi::{
+    AttrValue, Attribute, Backend, CkResult, InitArgs, Mechanism, MessageParams, OutBuf,
+};
 use session::Session;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,7 +72,9 @@ impl SoftToken {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
-        (now << 16) ^ self.next_unique.fetch_add(1, Ordering::Relaxed) ^ (std::process::id() as u64) << 48
+        (now << 16)
+            ^ self.next_unique.fetch_add(1, Ordering::Relaxed)
+            ^ (std::process::id() as u64) << 48
     }
     /// Invalidates every session's cached object lookups.
     pub fn bump_epoch(&self) {
@@ -102,7 +106,11 @@ impl Backend for SoftToken {
     fn get_mechanism_list(&self, slot: CK_SLOT_ID) -> CkResult<Vec<CK_MECHANISM_TYPE>> {
         self.mechanisms(slot)
     }
-    fn get_mechanism_info(&self, slot: CK_SLOT_ID, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHANISM_INFO> {
+    fn get_mechanism_info(
+        &self,
+        slot: CK_SLOT_ID,
+        m: CK_MECHANISM_TYPE,
+    ) -> CkResult<CK_MECHANISM_INFO> {
         self.mechanism(slot, m)
     }
     fn init_token(&self, slot: CK_SLOT_ID, so_pin: &[u8], label: &[u8; 32]) -> CkResult<()> {
@@ -115,7 +123,11 @@ impl Backend for SoftToken {
         SoftToken::set_pin(self, s, old, new)
     }
     fn wait_for_slot_event(&self, dont_block: bool) -> CkResult<CK_SLOT_ID> {
-        Err(if dont_block { CKR_NO_EVENT } else { CKR_FUNCTION_NOT_SUPPORTED })
+        Err(if dont_block {
+            CKR_NO_EVENT
+        } else {
+            CKR_FUNCTION_NOT_SUPPORTED
+        })
     }
     fn open_session(&self, slot: CK_SLOT_ID, flags: CK_FLAGS) -> CkResult<CK_SESSION_HANDLE> {
         SoftToken::open_session(self, slot, flags)
@@ -135,13 +147,25 @@ impl Backend for SoftToken {
     fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
         SoftToken::get_operation_state(self, s, out)
     }
-    fn set_operation_state(&self, s: CK_SESSION_HANDLE, state: &[u8], _e: CK_OBJECT_HANDLE, _a: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn set_operation_state(
+        &self,
+        s: CK_SESSION_HANDLE,
+        state: &[u8],
+        _e: CK_OBJECT_HANDLE,
+        _a: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         SoftToken::set_operation_state(self, s, state)
     }
     fn login(&self, s: CK_SESSION_HANDLE, user: CK_USER_TYPE, pin: &[u8]) -> CkResult<()> {
         SoftToken::login(self, s, user, pin)
     }
-    fn login_user(&self, s: CK_SESSION_HANDLE, user: CK_USER_TYPE, pin: &[u8], _username: &[u8]) -> CkResult<()> {
+    fn login_user(
+        &self,
+        s: CK_SESSION_HANDLE,
+        user: CK_USER_TYPE,
+        pin: &[u8],
+        _username: &[u8],
+    ) -> CkResult<()> {
         SoftToken::login(self, s, user, pin)
     }
     fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
@@ -150,7 +174,12 @@ impl Backend for SoftToken {
     fn create_object(&self, s: CK_SESSION_HANDLE, t: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
         SoftToken::create_object(self, s, t)
     }
-    fn copy_object(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE, t: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    fn copy_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        o: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         SoftToken::copy_object(self, s, o, t)
     }
     fn destroy_object(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE) -> CkResult<()> {
@@ -159,10 +188,20 @@ impl Backend for SoftToken {
     fn get_object_size(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE) -> CkResult<CK_ULONG> {
         SoftToken::get_object_size(self, s, o)
     }
-    fn get_attribute_value(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE, types: &[CK_ATTRIBUTE_TYPE]) -> CkResult<Vec<AttrValue>> {
+    fn get_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        o: CK_OBJECT_HANDLE,
+        types: &[CK_ATTRIBUTE_TYPE],
+    ) -> CkResult<Vec<AttrValue>> {
         SoftToken::get_attribute_value(self, s, o, types)
     }
-    fn set_attribute_value(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE, t: &[Attribute]) -> CkResult<()> {
+    fn set_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        o: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<()> {
         SoftToken::set_attribute_value(self, s, o, t)
     }
     fn find_objects_init(&self, s: CK_SESSION_HANDLE, t: &[Attribute]) -> CkResult<()> {
@@ -174,7 +213,12 @@ impl Backend for SoftToken {
     fn find_objects_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         SoftToken::find_objects_final(self, s)
     }
-    fn encrypt_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn encrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         SoftToken::encrypt_init(self, s, m, k)
     }
     fn encrypt(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
@@ -186,7 +230,12 @@ impl Backend for SoftToken {
     fn encrypt_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         SoftToken::encrypt_final(self, s, o)
     }
-    fn decrypt_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn decrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         SoftToken::decrypt_init(self, s, m, k)
     }
     fn decrypt(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
@@ -198,19 +247,43 @@ impl Backend for SoftToken {
     fn decrypt_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         SoftToken::decrypt_final(self, s, o)
     }
-    fn message_encrypt_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn message_encrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         self.message_init(s, m, k, true)
     }
-    fn encrypt_message(&self, s: CK_SESSION_HANDLE, p: &mut MessageParams, aad: &[u8], d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+    fn encrypt_message(
+        &self,
+        s: CK_SESSION_HANDLE,
+        p: &mut MessageParams,
+        aad: &[u8],
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
         self.message(s, p, aad, d, o, true)
     }
     fn message_encrypt_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         self.message_final(s, true)
     }
-    fn message_decrypt_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn message_decrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         self.message_init(s, m, k, false)
     }
-    fn decrypt_message(&self, s: CK_SESSION_HANDLE, p: &mut MessageParams, aad: &[u8], d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+    fn decrypt_message(
+        &self,
+        s: CK_SESSION_HANDLE,
+        p: &mut MessageParams,
+        aad: &[u8],
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
         self.message(s, p, aad, d, o, false)
     }
     fn message_decrypt_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
@@ -243,13 +316,23 @@ impl Backend for SoftToken {
     fn sign_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         SoftToken::sign_final(self, s, o)
     }
-    fn sign_recover_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn sign_recover_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         SoftToken::sign_recover_init(self, s, m, k)
     }
     fn sign_recover(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         SoftToken::sign_recover(self, s, d, o)
     }
-    fn verify_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn verify_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         SoftToken::verify_init(self, s, m, k)
     }
     fn verify(&self, s: CK_SESSION_HANDLE, d: &[u8], sig: &[u8]) -> CkResult<()> {
@@ -261,13 +344,24 @@ impl Backend for SoftToken {
     fn verify_final(&self, s: CK_SESSION_HANDLE, sig: &[u8]) -> CkResult<()> {
         SoftToken::verify_final(self, s, sig)
     }
-    fn verify_recover_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn verify_recover_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         SoftToken::verify_recover_init(self, s, m, k)
     }
     fn verify_recover(&self, s: CK_SESSION_HANDLE, sig: &[u8], o: &mut OutBuf) -> CkResult<()> {
         SoftToken::verify_recover(self, s, sig, o)
     }
-    fn verify_signature_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE, sig: &[u8]) -> CkResult<()> {
+    fn verify_signature_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+        sig: &[u8],
+    ) -> CkResult<()> {
         SoftToken::verify_signature_init(self, s, m, k, sig)
     }
     fn verify_signature(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
@@ -279,37 +373,97 @@ impl Backend for SoftToken {
     fn verify_signature_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         SoftToken::verify_signature_final(self, s)
     }
-    fn digest_encrypt_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+    fn digest_encrypt_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
         SoftToken::digest_encrypt_update(self, s, d, o)
     }
-    fn decrypt_digest_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+    fn decrypt_digest_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
         SoftToken::decrypt_digest_update(self, s, d, o)
     }
     fn sign_encrypt_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         SoftToken::sign_encrypt_update(self, s, d, o)
     }
-    fn decrypt_verify_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+    fn decrypt_verify_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
         SoftToken::decrypt_verify_update(self, s, d, o)
     }
-    fn generate_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, t: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    fn generate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         SoftToken::generate_key(self, s, m, t)
     }
-    fn generate_key_pair(&self, s: CK_SESSION_HANDLE, m: &Mechanism, p: &[Attribute], q: &[Attribute]) -> CkResult<(CK_OBJECT_HANDLE, CK_OBJECT_HANDLE)> {
+    fn generate_key_pair(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        p: &[Attribute],
+        q: &[Attribute],
+    ) -> CkResult<(CK_OBJECT_HANDLE, CK_OBJECT_HANDLE)> {
         SoftToken::generate_key_pair(self, s, m, p, q)
     }
-    fn wrap_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, w: CK_OBJECT_HANDLE, k: CK_OBJECT_HANDLE, o: &mut OutBuf) -> CkResult<()> {
+    fn wrap_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        w: CK_OBJECT_HANDLE,
+        k: CK_OBJECT_HANDLE,
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
         SoftToken::wrap_key(self, s, m, w, k, o)
     }
-    fn unwrap_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, u: CK_OBJECT_HANDLE, w: &[u8], t: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    fn unwrap_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        u: CK_OBJECT_HANDLE,
+        w: &[u8],
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         SoftToken::unwrap_key(self, s, m, u, w, t)
     }
-    fn derive_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, b: CK_OBJECT_HANDLE, t: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    fn derive_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        b: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         SoftToken::derive_key(self, s, m, b, t)
     }
-    fn encapsulate_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE, t: &[Attribute], ct: &mut OutBuf) -> CkResult<Option<CK_OBJECT_HANDLE>> {
+    fn encapsulate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+        ct: &mut OutBuf,
+    ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
         SoftToken::encapsulate_key(self, s, m, k, t, ct)
     }
-    fn decapsulate_key(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE, t: &[Attribute], ct: &[u8]) -> CkResult<CK_OBJECT_HANDLE> {
+    fn decapsulate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+        ct: &[u8],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         SoftToken::decapsulate_key(self, s, m, k, t, ct)
     }
     fn seed_random(&self, s: CK_SESSION_HANDLE, _seed: &[u8]) -> CkResult<()> {

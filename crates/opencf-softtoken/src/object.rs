@@ -61,11 +61,18 @@ impl Object {
     }
     /// `CKA_CLASS`.
     pub fn class(&self) -> CK_OBJECT_CLASS {
-        self.attrs.ulong(CKA_CLASS).ok().flatten().unwrap_or(CK_UNAVAILABLE_INFORMATION)
+        self.attrs
+            .ulong(CKA_CLASS)
+            .ok()
+            .flatten()
+            .unwrap_or(CK_UNAVAILABLE_INFORMATION)
     }
     /// The crypto layer's view.
     pub fn key(&self) -> Key<'_> {
-        Key { attrs: &self.attrs, cache: &self.cache }
+        Key {
+            attrs: &self.attrs,
+            cache: &self.cache,
+        }
     }
 }
 
@@ -111,17 +118,32 @@ impl SoftToken {
         self.check_writable(sess, token, private)?;
         let handle = self.new_object_handle();
         let mut attrs = attrs;
-        attrs.insert(CKA_UNIQUE_ID, format!("{:016x}", self.new_unique_id()).into_bytes());
+        attrs.insert(
+            CKA_UNIQUE_ID,
+            format!("{:016x}", self.new_unique_id()).into_bytes(),
+        );
         if token {
             let store = sess.token.store()?;
             let mk = sess.token.master_key();
-            let id = store.insert_object(private, &attrs, mk.as_ref()).map_err(store_err)?;
-            self.objects.insert(handle, Arc::new(Object::new(self, handle, sess.slot, attrs, Some(id), None)));
+            let id = store
+                .insert_object(private, &attrs, mk.as_ref())
+                .map_err(store_err)?;
+            self.objects.insert(
+                handle,
+                Arc::new(Object::new(self, handle, sess.slot, attrs, Some(id), None)),
+            );
             sess.token.note_written(id, handle);
         } else {
             self.objects.insert(
                 handle,
-                Arc::new(Object::new(self, handle, sess.slot, attrs, None, Some(sess.handle))),
+                Arc::new(Object::new(
+                    self,
+                    handle,
+                    sess.slot,
+                    attrs,
+                    None,
+                    Some(sess.handle),
+                )),
             );
         }
         Ok(handle)
@@ -185,7 +207,11 @@ impl SoftToken {
     }
 
     /// `C_CreateObject`.
-    pub fn create_object(&self, s: CK_SESSION_HANDLE, template: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    pub fn create_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        template: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let t = attrs::from_template(template)?;
@@ -296,7 +322,17 @@ impl SoftToken {
                 .map_err(store_err)?;
             sess.token.note_written(id, h);
         }
-        self.objects.insert(h, Arc::new(Object::new(self, h, obj.slot, attrs, obj.store_id, obj.owner)));
+        self.objects.insert(
+            h,
+            Arc::new(Object::new(
+                self,
+                h,
+                obj.slot,
+                attrs,
+                obj.store_id,
+                obj.owner,
+            )),
+        );
         self.bump_epoch();
         Ok(())
     }
@@ -330,7 +366,11 @@ impl SoftToken {
     }
 
     /// `C_FindObjects`.
-    pub fn find_objects(&self, s: CK_SESSION_HANDLE, max: usize) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
+    pub fn find_objects(
+        &self,
+        s: CK_SESSION_HANDLE,
+        max: usize,
+    ) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
         let found = st.find.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;

@@ -366,6 +366,28 @@ pub fn apply_defaults(attrs: &mut AttrMap, class: CK_OBJECT_CLASS, origin: Origi
     }
 }
 
+/// Key material a generation template must not carry (the mechanism makes it).
+pub const GENERATED_MATERIAL: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_VALUE,
+    CKA_MODULUS,
+    CKA_PRIVATE_EXPONENT,
+    CKA_PRIME_1,
+    CKA_PRIME_2,
+    CKA_EXPONENT_1,
+    CKA_EXPONENT_2,
+    CKA_COEFFICIENT,
+    CKA_EC_POINT,
+    CKA_SEED,
+];
+
+/// `CKR_TEMPLATE_INCONSISTENT` when a key-generation template gives key material.
+pub fn check_generation_template(t: &AttrMap) -> CkResult<()> {
+    if GENERATED_MATERIAL.iter().any(|a| t.contains_key(a)) {
+        return Err(CKR_TEMPLATE_INCONSISTENT);
+    }
+    Ok(())
+}
+
 /// Whether `t` of this object must not be revealed by `C_GetAttributeValue`.
 pub fn is_hidden(attrs: &AttrMap, t: CK_ATTRIBUTE_TYPE) -> bool {
     let class = attrs.ulong(CKA_CLASS).ok().flatten();
@@ -409,6 +431,8 @@ pub fn check_change(
         CKA_EXTRACTABLE if v => Err(CKR_ATTRIBUTE_READ_ONLY),
         // COPYABLE and DESTROYABLE may only be turned off.
         CKA_COPYABLE | CKA_DESTROYABLE if v => Err(CKR_ATTRIBUTE_READ_ONLY),
+        // WRAP_WITH_TRUSTED may only be turned on.
+        CKA_WRAP_WITH_TRUSTED if !v => Err(CKR_ATTRIBUTE_READ_ONLY),
         CKA_MODIFIABLE if copying && v && !current.is_true(CKA_MODIFIABLE) => {
             Err(CKR_ATTRIBUTE_READ_ONLY)
         }
@@ -435,8 +459,14 @@ mod tests {
         apply_defaults(&mut a, CKO_SECRET_KEY, Origin::Created);
         a.set_flag(CKA_SENSITIVE, true);
         a.set_flag(CKA_EXTRACTABLE, false);
-        assert_eq!(check_change(&a, CKA_SENSITIVE, &[0], false, false), Err(CKR_ATTRIBUTE_READ_ONLY));
-        assert_eq!(check_change(&a, CKA_EXTRACTABLE, &[1], false, false), Err(CKR_ATTRIBUTE_READ_ONLY));
+        assert_eq!(
+            check_change(&a, CKA_SENSITIVE, &[0], false, false),
+            Err(CKR_ATTRIBUTE_READ_ONLY)
+        );
+        assert_eq!(
+            check_change(&a, CKA_EXTRACTABLE, &[1], false, false),
+            Err(CKR_ATTRIBUTE_READ_ONLY)
+        );
         assert_eq!(check_change(&a, CKA_LABEL, b"x", false, false), Ok(()));
         assert!(is_hidden(&a, CKA_VALUE));
     }
@@ -445,9 +475,15 @@ mod tests {
     fn token_set_attributes_are_refused() {
         let mut a = AttrMap::new();
         a.set_flag(CKA_LOCAL, true);
-        assert_eq!(check_template(&a, CKO_SECRET_KEY), Err(CKR_ATTRIBUTE_READ_ONLY));
+        assert_eq!(
+            check_template(&a, CKO_SECRET_KEY),
+            Err(CKR_ATTRIBUTE_READ_ONLY)
+        );
         let mut b = AttrMap::new();
         b.set_ulong(CKA_MODULUS_BITS, 2048);
-        assert_eq!(check_template(&b, CKO_SECRET_KEY), Err(CKR_ATTRIBUTE_TYPE_INVALID));
+        assert_eq!(
+            check_template(&b, CKO_SECRET_KEY),
+            Err(CKR_ATTRIBUTE_TYPE_INVALID)
+        );
     }
 }

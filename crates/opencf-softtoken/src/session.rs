@@ -52,6 +52,8 @@ pub struct OpState {
     pub decrypt: Option<(u64, CK_MECHANISM_TYPE, Box<dyn CipherOp>)>,
     /// Digest.
     pub digest: Option<Box<dyn DigestOp>>,
+    /// The digest has had `C_DigestUpdate`/`C_DigestKey`: `C_Digest` is no longer allowed.
+    pub digest_multi: bool,
     /// Signature or MAC.
     pub sign: Option<SignState>,
     /// Verification.
@@ -166,7 +168,14 @@ impl SoftToken {
         }
         token.refresh(self, false)?;
         let handle = self.next_session.fetch_add(1, Ordering::Relaxed);
-        let sess = Session { handle, slot, token, rw, flags, state: Mutex::new(OpState::default()) };
+        let sess = Session {
+            handle,
+            slot,
+            token,
+            rw,
+            flags,
+            state: Mutex::new(OpState::default()),
+        };
         self.sessions.insert(handle, Arc::new(sess));
         Ok(handle)
     }
@@ -299,14 +308,23 @@ impl SoftToken {
             }
             CKU_USER | CKU_SO => {
                 let current = token.login();
-                let wanted = if user == CKU_USER { LOGGED_USER } else { LOGGED_SO };
+                let wanted = if user == CKU_USER {
+                    LOGGED_USER
+                } else {
+                    LOGGED_SO
+                };
                 if current == wanted {
                     return Err(CKR_USER_ALREADY_LOGGED_IN);
                 }
                 if current != LOGGED_OUT {
                     return Err(CKR_USER_ANOTHER_ALREADY_LOGGED_IN);
                 }
-                if user == CKU_SO && !self.sessions.filter(|x| x.slot == sess.slot && !x.rw).is_empty() {
+                if user == CKU_SO
+                    && !self
+                        .sessions
+                        .filter(|x| x.slot == sess.slot && !x.rw)
+                        .is_empty()
+                {
                     return Err(CKR_SESSION_READ_ONLY_EXISTS);
                 }
                 let mk = store.login(user, pin).map_err(store_err)?;

@@ -14,7 +14,12 @@ use opencf_abi::{CkResult, Mechanism, OutBuf};
 
 impl SoftToken {
     /// `C_SignInit`.
-    pub fn sign_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    pub fn sign_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut st = sess.lock();
@@ -23,7 +28,12 @@ impl SoftToken {
         }
         check_mechanism(m.mechanism, CKF_SIGN)?;
         let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
-        check_key(&obj, &[CKO_PRIVATE_KEY, CKO_SECRET_KEY], CKA_SIGN, m.mechanism)?;
+        check_key(
+            &obj,
+            &[CKO_PRIVATE_KEY, CKO_SECRET_KEY],
+            CKA_SIGN,
+            m.mechanism,
+        )?;
         let op = mech::sign_init(m, obj.key())?;
         let needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
         st.context_auth = false;
@@ -83,7 +93,11 @@ impl SoftToken {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut st = sess.lock();
-        let active = if sign { st.sign_recover.is_some() } else { st.verify_recover.is_some() };
+        let active = if sign {
+            st.sign_recover.is_some()
+        } else {
+            st.verify_recover.is_some()
+        };
         if active {
             return Err(CKR_OPERATION_ACTIVE);
         }
@@ -98,7 +112,10 @@ impl SoftToken {
         if obj.attrs.ulong(CKA_KEY_TYPE)? != Some(CKK_RSA) {
             return Err(CKR_KEY_TYPE_INCONSISTENT);
         }
-        let op = RecoverOp { mech: m.clone(), key: obj };
+        let op = RecoverOp {
+            mech: m.clone(),
+            key: obj,
+        };
         if sign {
             st.sign_recover = Some(op);
         } else {
@@ -108,15 +125,28 @@ impl SoftToken {
     }
 
     /// `C_SignRecoverInit`.
-    pub fn sign_recover_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    pub fn sign_recover_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         self.recover_init(s, m, key, true)
     }
 
     /// `C_SignRecover`.
-    pub fn sign_recover(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn sign_recover(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
-        let op = st.sign_recover.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let op = st
+            .sign_recover
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = mech::sign_recover(&op.mech, op.key.key(), data, out);
         if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
             st.sign_recover = Some(op);
@@ -125,15 +155,28 @@ impl SoftToken {
     }
 
     /// `C_VerifyRecoverInit`.
-    pub fn verify_recover_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    pub fn verify_recover_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         self.recover_init(s, m, key, false)
     }
 
     /// `C_VerifyRecover`.
-    pub fn verify_recover(&self, s: CK_SESSION_HANDLE, sig: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn verify_recover(
+        &self,
+        s: CK_SESSION_HANDLE,
+        sig: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
-        let op = st.verify_recover.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let op = st
+            .verify_recover
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = mech::verify_recover(&op.mech, op.key.key(), sig, out);
         if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
             st.verify_recover = Some(op);
@@ -150,12 +193,22 @@ impl SoftToken {
     ) -> CkResult<Box<dyn mech::VerifyOp>> {
         check_mechanism(m.mechanism, CKF_VERIFY)?;
         let obj = self.op_key(sess, st, key, CKR_KEY_HANDLE_INVALID)?;
-        check_key(&obj, &[CKO_PUBLIC_KEY, CKO_SECRET_KEY], CKA_VERIFY, m.mechanism)?;
+        check_key(
+            &obj,
+            &[CKO_PUBLIC_KEY, CKO_SECRET_KEY],
+            CKA_VERIFY,
+            m.mechanism,
+        )?;
         mech::verify_init(m, obj.key())
     }
 
     /// `C_VerifyInit`.
-    pub fn verify_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    pub fn verify_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut st = sess.lock();
@@ -170,7 +223,11 @@ impl SoftToken {
     /// `C_Verify`: ends the operation whatever the outcome.
     pub fn verify(&self, s: CK_SESSION_HANDLE, data: &[u8], sig: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
-        let mut op = sess.lock().verify.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let mut op = sess
+            .lock()
+            .verify
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         op.one_shot(data, sig)
     }
 
@@ -189,7 +246,11 @@ impl SoftToken {
     /// `C_VerifyFinal`.
     pub fn verify_final(&self, s: CK_SESSION_HANDLE, sig: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
-        let mut op = sess.lock().verify.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let mut op = sess
+            .lock()
+            .verify
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         op.finalize(sig)
     }
 
@@ -215,7 +276,11 @@ impl SoftToken {
     /// `C_VerifySignature`.
     pub fn verify_signature(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
-        let (mut op, sig) = sess.lock().verify_signature.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let (mut op, sig) = sess
+            .lock()
+            .verify_signature
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         op.one_shot(data, &sig)
     }
 
@@ -223,7 +288,10 @@ impl SoftToken {
     pub fn verify_signature_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = sess.lock();
-        let (op, _) = st.verify_signature.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let (op, _) = st
+            .verify_signature
+            .as_mut()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = op.update(data);
         if r.is_err() {
             st.verify_signature = None;
@@ -234,7 +302,11 @@ impl SoftToken {
     /// `C_VerifySignatureFinal`.
     pub fn verify_signature_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         let sess = self.session(s)?;
-        let (mut op, sig) = sess.lock().verify_signature.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let (mut op, sig) = sess
+            .lock()
+            .verify_signature
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         op.finalize(&sig)
     }
 }

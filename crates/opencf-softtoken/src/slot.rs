@@ -94,7 +94,10 @@ impl SoftToken {
             let store = crate::store::TokenStore::open(&token.path).map_err(store_err)?;
             let _ = token.store.set(store);
         }
-        token.store()?.init_token(&label, so_pin).map_err(store_err)?;
+        token
+            .store()?
+            .init_token(&label, so_pin)
+            .map_err(store_err)?;
         self.logout_token(&token);
         self.objects.remove_where(|o| o.slot == slot);
         *token.sync.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
@@ -103,7 +106,11 @@ impl SoftToken {
             let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
             if slots.len() as CK_SLOT_ID == slot + 1 {
                 let next = slot + 1;
-                slots.push(Arc::new(Token::open(next, token_path(&self.dir, next), false)?));
+                slots.push(Arc::new(Token::open(
+                    next,
+                    token_path(&self.dir, next),
+                    false,
+                )?));
             }
         }
         Ok(())
@@ -122,7 +129,10 @@ impl SoftToken {
             return Err(CKR_PIN_LEN_RANGE);
         }
         let mk = sess.token.master_key().ok_or(CKR_USER_NOT_LOGGED_IN)?;
-        sess.token.store()?.init_user_pin(&mk, pin).map_err(store_err)
+        sess.token
+            .store()?
+            .init_user_pin(&mk, pin)
+            .map_err(store_err)
     }
 
     /// `C_SetPIN`: the SO's PIN when the SO is logged in, else the user's.
@@ -131,8 +141,15 @@ impl SoftToken {
         if !sess.rw {
             return Err(CKR_SESSION_READ_ONLY);
         }
-        let user = if sess.token.login() == LOGGED_SO { CKU_SO } else { CKU_USER };
-        sess.token.store()?.set_pin(user, old, new).map_err(store_err)?;
+        let user = if sess.token.login() == LOGGED_SO {
+            CKU_SO
+        } else {
+            CKU_USER
+        };
+        sess.token
+            .store()?
+            .set_pin(user, old, new)
+            .map_err(store_err)?;
         sess.token.update_pin_expired();
         Ok(())
     }

@@ -20,7 +20,11 @@ pub struct HandleTable<T> {
 
 impl<T> Default for HandleTable<T> {
     fn default() -> Self {
-        let shards = (0..SHARDS).map(|_| Shard { map: RwLock::new(HashMap::new()) }).collect();
+        let shards = (0..SHARDS)
+            .map(|_| Shard {
+                map: RwLock::new(HashMap::new()),
+            })
+            .collect();
         HandleTable { shards }
     }
 }
@@ -31,15 +35,28 @@ impl<T> HandleTable<T> {
     }
     /// The value under `h`.
     pub fn get(&self, h: u64) -> Option<Arc<T>> {
-        self.shard(h).map.read().unwrap_or_else(|e| e.into_inner()).get(&h).cloned()
+        self.shard(h)
+            .map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&h)
+            .cloned()
     }
     /// Stores `v` under `h`, returning what was there.
     pub fn insert(&self, h: u64, v: Arc<T>) -> Option<Arc<T>> {
-        self.shard(h).map.write().unwrap_or_else(|e| e.into_inner()).insert(h, v)
+        self.shard(h)
+            .map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(h, v)
     }
     /// Removes `h`.
     pub fn remove(&self, h: u64) -> Option<Arc<T>> {
-        self.shard(h).map.write().unwrap_or_else(|e| e.into_inner()).remove(&h)
+        self.shard(h)
+            .map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&h)
     }
     /// Every value for which `keep` is true (a snapshot).
     pub fn filter(&self, mut keep: impl FnMut(&T) -> bool) -> Vec<Arc<T>> {
@@ -55,7 +72,11 @@ impl<T> HandleTable<T> {
         let mut out = Vec::new();
         for s in self.shards.iter() {
             let mut m = s.map.write().unwrap_or_else(|e| e.into_inner());
-            let keys: Vec<u64> = m.iter().filter(|(_, v)| drop_it(v)).map(|(k, _)| *k).collect();
+            let keys: Vec<u64> = m
+                .iter()
+                .filter(|(_, v)| drop_it(v))
+                .map(|(k, _)| *k)
+                .collect();
             for k in keys {
                 if let Some(v) = m.remove(&k) {
                     out.push(v);

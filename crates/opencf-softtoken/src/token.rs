@@ -76,7 +76,9 @@ impl Token {
                 store_err(e)
             })?;
             if default && !store.meta().map_err(store_err)?.initialized {
-                store.create_default(DEFAULT_LABEL, DEFAULT_PIN).map_err(store_err)?;
+                store
+                    .create_default(DEFAULT_LABEL, DEFAULT_PIN)
+                    .map_err(store_err)?;
             }
             let _ = t.store.set(store);
         }
@@ -95,7 +97,10 @@ impl Token {
 
     /// Whether the token has been initialised.
     pub fn initialized(&self) -> bool {
-        self.store.get().and_then(|s| s.meta().ok()).is_some_and(|m| m.initialized)
+        self.store
+            .get()
+            .and_then(|s| s.meta().ok())
+            .is_some_and(|m| m.initialized)
     }
 
     /// Current login state.
@@ -110,7 +115,10 @@ impl Token {
 
     /// The master key while logged in.
     pub fn master_key(&self) -> Option<MasterKey> {
-        self.master_key.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.master_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Brings the in-memory token objects in step with the keystore: objects other processes
@@ -126,7 +134,11 @@ impl Token {
             return Ok(());
         }
         sync.data_version = dv;
-        let mk = if self.user_logged_in() { self.master_key() } else { None };
+        let mk = if self.user_logged_in() {
+            self.master_key()
+        } else {
+            None
+        };
         let versions = store.object_versions().map_err(store_err)?;
         let mut seen = std::collections::HashSet::with_capacity(versions.len());
         let mut changed = false;
@@ -167,13 +179,23 @@ impl Token {
                     .map_err(store_err)?
                     .map(|a| (version, a)),
             };
-            let Some((version, attrs)) = loaded else { continue };
+            let Some((version, attrs)) = loaded else {
+                continue;
+            };
             let handle = known.map(|k| k.1).unwrap_or_else(|| st.new_object_handle());
-            st.objects.insert(handle, Arc::new(Object::new(st, handle, self.slot, attrs, Some(id), None)));
+            st.objects.insert(
+                handle,
+                Arc::new(Object::new(st, handle, self.slot, attrs, Some(id), None)),
+            );
             sync.known.insert(id, (version, handle));
             changed = true;
         }
-        let gone: Vec<i64> = sync.known.keys().filter(|id| !seen.contains(id)).copied().collect();
+        let gone: Vec<i64> = sync
+            .known
+            .keys()
+            .filter(|id| !seen.contains(id))
+            .copied()
+            .collect();
         for id in gone {
             if let Some((_, h)) = sync.known.remove(&id) {
                 st.objects.remove(h);
@@ -190,7 +212,9 @@ impl Token {
     /// the next login reloads them; session objects stay.
     pub fn forget_private(&self, st: &SoftToken) {
         let mut sync = self.sync.lock().unwrap_or_else(|e| e.into_inner());
-        let removed = st.objects.remove_where(|o| o.slot == self.slot && o.is_token() && o.is_private());
+        let removed = st
+            .objects
+            .remove_where(|o| o.slot == self.slot && o.is_token() && o.is_private());
         for o in removed {
             if let Some(id) = o.store_id {
                 if let Some(k) = sync.known.get_mut(&id) {
@@ -215,13 +239,20 @@ impl Token {
 
     /// Forgets object `id` after this process deleted it.
     pub fn note_deleted(&self, id: i64) {
-        self.sync.lock().unwrap_or_else(|e| e.into_inner()).known.remove(&id);
+        self.sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .known
+            .remove(&id);
     }
 
     /// Updates the PIN-expired flag from the keystore for the current login.
     pub fn update_pin_expired(&self) {
         let expired = self.login() == LOGGED_USER
-            && self.meta().map(|m| m.user_pin_to_be_changed).unwrap_or(false);
+            && self
+                .meta()
+                .map(|m| m.user_pin_to_be_changed)
+                .unwrap_or(false);
         self.pin_expired.store(expired, Ordering::Release);
     }
 
@@ -240,8 +271,18 @@ impl Token {
         if meta.so_pin_to_be_changed {
             f |= CKF_SO_PIN_TO_BE_CHANGED;
         }
-        f |= pin_count_flags(meta.user_failures, CKF_USER_PIN_COUNT_LOW, CKF_USER_PIN_FINAL_TRY, CKF_USER_PIN_LOCKED);
-        f |= pin_count_flags(meta.so_failures, CKF_SO_PIN_COUNT_LOW, CKF_SO_PIN_FINAL_TRY, CKF_SO_PIN_LOCKED);
+        f |= pin_count_flags(
+            meta.user_failures,
+            CKF_USER_PIN_COUNT_LOW,
+            CKF_USER_PIN_FINAL_TRY,
+            CKF_USER_PIN_LOCKED,
+        );
+        f |= pin_count_flags(
+            meta.so_failures,
+            CKF_SO_PIN_COUNT_LOW,
+            CKF_SO_PIN_FINAL_TRY,
+            CKF_SO_PIN_LOCKED,
+        );
         f
     }
 
@@ -251,7 +292,12 @@ impl Token {
     }
 }
 
-fn pin_count_flags(failures: u32, low: CK_FLAGS, final_try: CK_FLAGS, locked: CK_FLAGS) -> CK_FLAGS {
+fn pin_count_flags(
+    failures: u32,
+    low: CK_FLAGS,
+    final_try: CK_FLAGS,
+    locked: CK_FLAGS,
+) -> CK_FLAGS {
     let max = crate::store::MAX_PIN_FAILURES;
     if failures >= max {
         locked

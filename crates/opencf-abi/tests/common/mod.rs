@@ -62,7 +62,10 @@ pub fn dummy_encrypt(data: &[u8]) -> Vec<u8> {
 }
 
 pub fn wrap_template() -> Vec<Attribute> {
-    vec![Attribute::bool(CKA_ENCRYPT, true), Attribute::new(CKA_LABEL, b"wrapped".to_vec())]
+    vec![
+        Attribute::bool(CKA_ENCRYPT, true),
+        Attribute::new(CKA_LABEL, b"wrapped".to_vec()),
+    ]
 }
 
 impl Backend for Dummy {
@@ -74,7 +77,10 @@ impl Backend for Dummy {
             panic!("initialize panics");
         }
         BUILT.fetch_add(1, Ordering::SeqCst);
-        Ok(Dummy { last_mech: Mutex::new(None), last_template: Mutex::new(Vec::new()) })
+        Ok(Dummy {
+            last_mech: Mutex::new(None),
+            last_template: Mutex::new(Vec::new()),
+        })
     }
     fn finalize(&self) {
         FINALIZES.fetch_add(1, Ordering::SeqCst);
@@ -89,22 +95,40 @@ impl Backend for Dummy {
         })
     }
     fn get_slot_list(&self, token_present: bool) -> CkResult<Vec<CK_SLOT_ID>> {
-        Ok(if token_present { vec![1] } else { vec![1, 2, 3] })
+        Ok(if token_present {
+            vec![1]
+        } else {
+            vec![1, 2, 3]
+        })
     }
     fn get_slot_info(&self, slot: CK_SLOT_ID) -> CkResult<CK_SLOT_INFO> {
         match slot {
-            1..=3 => Ok(CK_SLOT_INFO { flags: CKF_TOKEN_PRESENT, ..Default::default() }),
+            1..=3 => Ok(CK_SLOT_INFO {
+                flags: CKF_TOKEN_PRESENT,
+                ..Default::default()
+            }),
             _ => Err(CKR_SLOT_ID_INVALID),
         }
     }
     fn get_token_info(&self, _slot: CK_SLOT_ID) -> CkResult<CK_TOKEN_INFO> {
-        Ok(CK_TOKEN_INFO { label: pad_field("dummy"), ..Default::default() })
+        Ok(CK_TOKEN_INFO {
+            label: pad_field("dummy"),
+            ..Default::default()
+        })
     }
     fn get_mechanism_list(&self, _slot: CK_SLOT_ID) -> CkResult<Vec<CK_MECHANISM_TYPE>> {
         Ok(vec![CKM_AES_GCM, CKM_SHA256])
     }
-    fn get_mechanism_info(&self, _s: CK_SLOT_ID, _m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHANISM_INFO> {
-        Ok(CK_MECHANISM_INFO { ulMinKeySize: 16, ulMaxKeySize: 32, flags: CKF_ENCRYPT })
+    fn get_mechanism_info(
+        &self,
+        _s: CK_SLOT_ID,
+        _m: CK_MECHANISM_TYPE,
+    ) -> CkResult<CK_MECHANISM_INFO> {
+        Ok(CK_MECHANISM_INFO {
+            ulMinKeySize: 16,
+            ulMaxKeySize: 32,
+            flags: CKF_ENCRYPT,
+        })
     }
     fn init_token(&self, _slot: CK_SLOT_ID, so_pin: &[u8], label: &[u8; 32]) -> CkResult<()> {
         if so_pin == b"so" && label.starts_with(b"token") {
@@ -127,7 +151,12 @@ impl Backend for Dummy {
     }
     fn get_session_info(&self, s: CK_SESSION_HANDLE) -> CkResult<CK_SESSION_INFO> {
         session(s)?;
-        Ok(CK_SESSION_INFO { slotID: 1, state: CKS_RW_PUBLIC_SESSION, flags: 6, ulDeviceError: 0 })
+        Ok(CK_SESSION_INFO {
+            slotID: 1,
+            state: CKS_RW_PUBLIC_SESSION,
+            flags: 6,
+            ulDeviceError: 0,
+        })
     }
     fn login(&self, s: CK_SESSION_HANDLE, _user: CK_USER_TYPE, pin: &[u8]) -> CkResult<()> {
         session(s)?;
@@ -140,7 +169,11 @@ impl Backend for Dummy {
     fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         session(s)
     }
-    fn create_object(&self, s: CK_SESSION_HANDLE, template: &[Attribute]) -> CkResult<CK_OBJECT_HANDLE> {
+    fn create_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        template: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
         session(s)?;
         *self.last_template.lock().unwrap() = template.to_vec();
         Ok(100)
@@ -171,7 +204,12 @@ impl Backend for Dummy {
         session(s)?;
         Ok([1, 2, 3, 4, 5].into_iter().take(max).collect())
     }
-    fn encrypt_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism, _key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn encrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        _key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         session(s)?;
         self.remember(mech)
     }
@@ -180,11 +218,21 @@ impl Backend for Dummy {
         out.write(&dummy_encrypt(data))?;
         Ok(())
     }
-    fn decrypt_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism, _key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn decrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        _key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         session(s)?;
         self.remember(mech)
     }
-    fn sign_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism, _key: CK_OBJECT_HANDLE) -> CkResult<()> {
+    fn sign_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        _key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         session(s)?;
         self.remember(mech)
     }
@@ -210,7 +258,12 @@ impl Backend for Dummy {
             return Ok(());
         }
         match params {
-            MessageParams::Gcm { iv, iv_generator, tag, .. } => {
+            MessageParams::Gcm {
+                iv,
+                iv_generator,
+                tag,
+                ..
+            } => {
                 if *iv_generator != CKG_NO_GENERATE {
                     iv.fill(0x11);
                 }
@@ -227,7 +280,10 @@ impl Backend for Dummy {
         _aad: &[u8],
     ) -> CkResult<()> {
         session(s)?;
-        if let MessageParams::Gcm { iv, iv_generator, .. } = params {
+        if let MessageParams::Gcm {
+            iv, iv_generator, ..
+        } = params
+        {
             if *iv_generator != CKG_NO_GENERATE {
                 iv.fill(0x22);
             }

@@ -12,7 +12,7 @@
 use super::{ossl_err, DigestOp};
 use opencf_abi::ossl_sym::{Sha, ShaKind};
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism, MechParam, OutBuf};
+use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
 use openssl::hash::MessageDigest;
 use openssl::md::Md;
 use openssl::md_ctx::MdCtx;
@@ -77,8 +77,12 @@ fn sha_kind(m: CK_MECHANISM_TYPE) -> Option<ShaKind> {
 
 /// The SHA-3 digests, fetched once.
 fn sha3_md(m: CK_MECHANISM_TYPE) -> CkResult<&'static Md> {
-    static CELLS: [OnceLock<Option<Md>>; 4] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static CELLS: [OnceLock<Option<Md>>; 4] = [
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+    ];
     let (i, name) = match m {
         CKM_SHA3_224 => (0, "SHA3-224"),
         CKM_SHA3_256 => (1, "SHA3-256"),
@@ -86,7 +90,10 @@ fn sha3_md(m: CK_MECHANISM_TYPE) -> CkResult<&'static Md> {
         CKM_SHA3_512 => (3, "SHA3-512"),
         _ => return Err(CKR_MECHANISM_INVALID),
     };
-    CELLS[i].get_or_init(|| Md::fetch(None, name, None).ok()).as_ref().ok_or(CKR_FUNCTION_FAILED)
+    CELLS[i]
+        .get_or_init(|| Md::fetch(None, name, None).ok())
+        .as_ref()
+        .ok_or(CKR_FUNCTION_FAILED)
 }
 
 const STATE_MAGIC: &[u8; 4] = b"OCFD";
@@ -102,20 +109,23 @@ pub fn init(mech: &Mechanism) -> CkResult<Box<dyn DigestOp>> {
         _ => return Err(CKR_MECHANISM_PARAM_INVALID),
     }
     if let Some(kind) = sha_kind(mech.mechanism) {
-        return Ok(Box::new(ShaOp { mech: mech.mechanism, sha: Sha::new(kind) }));
+        return Ok(Box::new(ShaOp {
+            mech: mech.mechanism,
+            sha: Sha::new(kind),
+        }));
     }
     let md = sha3_md(mech.mechanism)?;
     let mut ctx = MdCtx::new().map_err(ossl_err)?;
     ctx.digest_init(md).map_err(ossl_err)?;
-    Ok(Box::new(Sha3Op { ctx, len: md.size() }))
+    Ok(Box::new(Sha3Op {
+        ctx,
+        len: md.size(),
+    }))
 }
 
 /// `C_SetOperationState` for a digest: rebuilds what [`DigestOp::state`] saved.
 pub fn restore(state: &[u8]) -> CkResult<Box<dyn DigestOp>> {
-    if state.len() < STATE_HEADER
-        || &state[..4] != STATE_MAGIC
-        || state[4] != STATE_VERSION
-    {
+    if state.len() < STATE_HEADER || &state[..4] != STATE_MAGIC || state[4] != STATE_VERSION {
         return Err(CKR_SAVED_STATE_INVALID);
     }
     let mut m = [0u8; MECH_LEN];
@@ -240,7 +250,10 @@ mod tests {
     #[test]
     fn known_answers_abc() {
         // FIPS 180-4 / FIPS 202 examples for "abc".
-        assert_eq!(hex(&digest(CKM_SHA_1, b"abc")), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(
+            hex(&digest(CKM_SHA_1, b"abc")),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
         assert_eq!(
             hex(&digest(CKM_SHA256, b"abc")),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -309,7 +322,10 @@ mod tests {
             op.finalize(&mut ob2).unwrap();
             assert_eq!(out, out2);
             // Garbage is refused, never trusted.
-            assert_eq!(restore(&st[..st.len() - 1]).err(), Some(CKR_SAVED_STATE_INVALID));
+            assert_eq!(
+                restore(&st[..st.len() - 1]).err(),
+                Some(CKR_SAVED_STATE_INVALID)
+            );
             assert_eq!(restore(b"").err(), Some(CKR_SAVED_STATE_INVALID));
             let mut bad = st.clone();
             bad[0] ^= 1;
@@ -322,8 +338,14 @@ mod tests {
 
     #[test]
     fn parameter_refused() {
-        let m = Mechanism { mechanism: CKM_SHA256, param: MechParam::Ulong(3) };
+        let m = Mechanism {
+            mechanism: CKM_SHA256,
+            param: MechParam::Ulong(3),
+        };
         assert_eq!(init(&m).err(), Some(CKR_MECHANISM_PARAM_INVALID));
-        assert_eq!(init(&Mechanism::new(CKM_AES_ECB)).err(), Some(CKR_MECHANISM_INVALID));
+        assert_eq!(
+            init(&Mechanism::new(CKM_AES_ECB)).err(),
+            Some(CKR_MECHANISM_INVALID)
+        );
     }
 }

@@ -60,7 +60,9 @@ pub struct Key<'a> {
 impl<'a> Key<'a> {
     /// `CKA_KEY_TYPE` (absent → `CKR_KEY_TYPE_INCONSISTENT`).
     pub fn key_type(&self) -> CkResult<CK_KEY_TYPE> {
-        self.attrs.ulong(CKA_KEY_TYPE)?.ok_or(CKR_KEY_TYPE_INCONSISTENT)
+        self.attrs
+            .ulong(CKA_KEY_TYPE)?
+            .ok_or(CKR_KEY_TYPE_INCONSISTENT)
     }
     /// `CKA_CLASS`.
     pub fn class(&self) -> CkResult<CK_OBJECT_CLASS> {
@@ -183,12 +185,26 @@ enum SignFamily {
 
 fn sign_family(m: CK_MECHANISM_TYPE) -> CkResult<SignFamily> {
     Ok(match m {
-        CKM_RSA_PKCS | CKM_RSA_X_509 | CKM_RSA_PKCS_PSS | CKM_SHA1_RSA_PKCS | CKM_SHA224_RSA_PKCS
-        | CKM_SHA256_RSA_PKCS | CKM_SHA384_RSA_PKCS | CKM_SHA512_RSA_PKCS
-        | CKM_SHA3_224_RSA_PKCS | CKM_SHA3_256_RSA_PKCS | CKM_SHA3_384_RSA_PKCS
-        | CKM_SHA3_512_RSA_PKCS | CKM_SHA1_RSA_PKCS_PSS | CKM_SHA224_RSA_PKCS_PSS
-        | CKM_SHA256_RSA_PKCS_PSS | CKM_SHA384_RSA_PKCS_PSS | CKM_SHA512_RSA_PKCS_PSS
-        | CKM_SHA3_224_RSA_PKCS_PSS | CKM_SHA3_256_RSA_PKCS_PSS | CKM_SHA3_384_RSA_PKCS_PSS
+        CKM_RSA_PKCS
+        | CKM_RSA_X_509
+        | CKM_RSA_PKCS_PSS
+        | CKM_SHA1_RSA_PKCS
+        | CKM_SHA224_RSA_PKCS
+        | CKM_SHA256_RSA_PKCS
+        | CKM_SHA384_RSA_PKCS
+        | CKM_SHA512_RSA_PKCS
+        | CKM_SHA3_224_RSA_PKCS
+        | CKM_SHA3_256_RSA_PKCS
+        | CKM_SHA3_384_RSA_PKCS
+        | CKM_SHA3_512_RSA_PKCS
+        | CKM_SHA1_RSA_PKCS_PSS
+        | CKM_SHA224_RSA_PKCS_PSS
+        | CKM_SHA256_RSA_PKCS_PSS
+        | CKM_SHA384_RSA_PKCS_PSS
+        | CKM_SHA512_RSA_PKCS_PSS
+        | CKM_SHA3_224_RSA_PKCS_PSS
+        | CKM_SHA3_256_RSA_PKCS_PSS
+        | CKM_SHA3_384_RSA_PKCS_PSS
         | CKM_SHA3_512_RSA_PKCS_PSS => SignFamily::Rsa,
         CKM_ECDSA | CKM_ECDSA_SHA1 | CKM_ECDSA_SHA224 | CKM_ECDSA_SHA256 | CKM_ECDSA_SHA384
         | CKM_ECDSA_SHA512 | CKM_ECDSA_SHA3_224 | CKM_ECDSA_SHA3_256 | CKM_ECDSA_SHA3_384
@@ -327,9 +343,7 @@ pub fn wrap(mech: &Mechanism, wrapping_key: Key, data: &[u8]) -> CkResult<Vec<u8
 /// `C_UnwrapKey`'s decryption.
 pub fn unwrap(mech: &Mechanism, unwrapping_key: Key, data: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
     match mech.mechanism {
-        CKM_RSA_PKCS | CKM_RSA_PKCS_OAEP | CKM_RSA_X_509 => {
-            rsa::unwrap(mech, unwrapping_key, data)
-        }
+        CKM_RSA_PKCS | CKM_RSA_PKCS_OAEP | CKM_RSA_X_509 => rsa::unwrap(mech, unwrapping_key, data),
         _ => sym::unwrap(mech, unwrapping_key, data),
     }
 }

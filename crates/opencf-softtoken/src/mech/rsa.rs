@@ -25,7 +25,8 @@
 //!   `C_*Update`/`C_*Final` answer `CKR_FUNCTION_NOT_SUPPORTED`.
 //! - Raw RSA (`CKM_RSA_X_509`) input shorter than the modulus is padded with leading zeros;
 //!   input whose value is not below the modulus is `CKR_DATA_INVALID`. Raw unwrapping returns
-//!   the whole `k`-byte block.
+//!   the whole `k`-byte block; the specification takes the new key's `CKA_VALUE_LEN` bytes from
+//!   its end, which is for the caller (it knows the template) to do.
 //! - A private key needs `CKA_MODULUS` and `CKA_PRIVATE_EXPONENT`, and either
 //!   `CKA_PUBLIC_EXPONENT` or both primes (the exponent is then computed): without `e` OpenSSL
 //!   cannot blind. Missing CRT values are computed from the primes.
@@ -72,7 +73,9 @@ static FETCHED: [OnceLock<Option<Md>>; 9] = [const { OnceLock::new() }; 9];
 /// (an explicitly fetched digest saves a method-store lookup on every context).
 pub(super) fn hash_md(hash: CK_MECHANISM_TYPE) -> Option<&'static MdRef> {
     let i = HASHES.iter().position(|(m, _)| *m == hash)?;
-    FETCHED[i].get_or_init(|| Md::fetch(None, HASHES[i].1, None).ok()).as_deref()
+    FETCHED[i]
+        .get_or_init(|| Md::fetch(None, HASHES[i].1, None).ok())
+        .as_deref()
 }
 
 /// The hash of an MGF1 variant (`CKG_MGF1_SHA256`, …).
@@ -155,7 +158,8 @@ fn rsa_private_from_attrs(attrs: &AttrMap) -> CkResult<(Rsa<Private>, AttrMap)> 
     let one = BigNum::from_u32(1).map_err(|_| CKR_HOST_MEMORY)?;
     let sub1 = |x: &BigNum| -> CkResult<BigNum> {
         let mut r = BigNum::new().map_err(|_| CKR_HOST_MEMORY)?;
-        r.checked_sub(x, &one).map_err(|_| CKR_ATTRIBUTE_VALUE_INVALID)?;
+        r.checked_sub(x, &one)
+            .map_err(|_| CKR_ATTRIBUTE_VALUE_INVALID)?;
         Ok(r)
     };
     let (p1, q1) = (sub1(&p)?, sub1(&q)?);
@@ -287,7 +291,13 @@ struct Oaep {
 }
 
 fn oaep_params(mech: &Mechanism) -> CkResult<Oaep> {
-    let MechParam::RsaOaep { hash_alg, mgf, source, source_data } = &mech.param else {
+    let MechParam::RsaOaep {
+        hash_alg,
+        mgf,
+        source,
+        source_data,
+    } = &mech.param
+    else {
         return Err(CKR_MECHANISM_PARAM_INVALID);
     };
     let md = hash_md(*hash_alg).ok_or(CKR_MECHANISM_PARAM_INVALID)?;
@@ -297,7 +307,11 @@ fn oaep_params(mech: &Mechanism) -> CkResult<Oaep> {
         0 if source_data.is_empty() => {}
         _ => return Err(CKR_MECHANISM_PARAM_INVALID),
     }
-    Ok(Oaep { md, mgf, label: source_data.clone() })
+    Ok(Oaep {
+        md,
+        mgf,
+        label: source_data.clone(),
+    })
 }
 
 /// Parsed `CK_RSA_PKCS_PSS_PARAMS`.
@@ -309,7 +323,12 @@ struct Pss {
 
 /// PSS parameters, checked against the mechanism's hash (`expect`) and the key size.
 fn pss_params(mech: &Mechanism, expect: Option<CK_MECHANISM_TYPE>, bits: u32) -> CkResult<Pss> {
-    let MechParam::RsaPss { hash_alg, mgf, salt_len } = &mech.param else {
+    let MechParam::RsaPss {
+        hash_alg,
+        mgf,
+        salt_len,
+    } = &mech.param
+    else {
         return Err(CKR_MECHANISM_PARAM_INVALID);
     };
     if expect.is_some_and(|h| h != *hash_alg) {
@@ -406,7 +425,12 @@ impl Encrypt {
         let mut ctx = PkeyCtx::new(pkey).map_err(ossl_err)?;
         ctx.encrypt_init().map_err(ossl_err)?;
         pad.apply(&mut ctx, false).map_err(ossl_err)?;
-        Ok(Encrypt { ctx, k, max_in, raw_n })
+        Ok(Encrypt {
+            ctx,
+            k,
+            max_in,
+            raw_n,
+        })
     }
 
     /// Checks the input, then encrypts into `out` (unless it is a size query).
@@ -461,14 +485,20 @@ impl Decrypt {
         let mut ctx = PkeyCtx::new(pkey).map_err(ossl_err)?;
         ctx.decrypt_init().map_err(ossl_err)?;
         pad.apply(&mut ctx, true).map_err(ossl_err)?;
-        Ok(Decrypt { ctx, k, raw: matches!(pad, EncPad::Raw) })
+        Ok(Decrypt {
+            ctx,
+            k,
+            raw: matches!(pad, EncPad::Raw),
+        })
     }
 
     /// Decrypts `input` (exactly `k` bytes); `Err(CKR_ENCRYPTED_DATA_INVALID)` on bad padding.
     fn decrypt(&mut self, input: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
         let mut tmp = Zeroizing::new(vec![0u8; self.k]);
-        let n =
-            self.ctx.decrypt(input, Some(&mut tmp)).map_err(|_| CKR_ENCRYPTED_DATA_INVALID)?;
+        let n = self
+            .ctx
+            .decrypt(input, Some(&mut tmp))
+            .map_err(|_| CKR_ENCRYPTED_DATA_INVALID)?;
         tmp.truncate(n);
         Ok(tmp)
     }
@@ -702,7 +732,10 @@ pub fn sign_init(mech: &Mechanism, key: Key) -> CkResult<Box<dyn SignOp>> {
             Signer::Hashed(ctx)
         }
     };
-    Ok(Box::new(Sign { signer, k: pkey.size() }))
+    Ok(Box::new(Sign {
+        signer,
+        k: pkey.size(),
+    }))
 }
 
 /// `C_VerifyInit` for every RSA signature mechanism.
@@ -723,7 +756,10 @@ pub fn verify_init(mech: &Mechanism, key: Key) -> CkResult<Box<dyn VerifyOp>> {
             Verifier::Hashed(ctx)
         }
     };
-    Ok(Box::new(Verify { verifier, k: pkey.size() }))
+    Ok(Box::new(Verify {
+        verifier,
+        k: pkey.size(),
+    }))
 }
 
 /// `C_SignRecover` (`CKM_RSA_PKCS`, `CKM_RSA_X_509`).
@@ -760,7 +796,9 @@ pub fn verify_recover(mech: &Mechanism, key: Key, sig: &[u8], out: &mut OutBuf) 
     ctx.verify_recover_init().map_err(ossl_err)?;
     ctx.set_rsa_padding(padding).map_err(ossl_err)?;
     let mut tmp = vec![0u8; k];
-    let n = ctx.verify_recover(sig, Some(&mut tmp)).map_err(|_| CKR_SIGNATURE_INVALID)?;
+    let n = ctx
+        .verify_recover(sig, Some(&mut tmp))
+        .map_err(|_| CKR_SIGNATURE_INVALID)?;
     out.write(&tmp[..n])?;
     Ok(())
 }
@@ -888,7 +926,9 @@ pub fn to_pkcs8(key: Key) -> CkResult<Zeroizing<Vec<u8>>> {
     if pkey.rsa().map(|r| r.p().is_none()).unwrap_or(true) {
         return Err(CKR_KEY_NOT_WRAPPABLE);
     }
-    pkey.private_key_to_pkcs8().map(Zeroizing::new).map_err(|_| CKR_KEY_NOT_WRAPPABLE)
+    pkey.private_key_to_pkcs8()
+        .map(Zeroizing::new)
+        .map_err(|_| CKR_KEY_NOT_WRAPPABLE)
 }
 
 /// The attributes of a PKCS#8 RSA private key (for `C_UnwrapKey`). Undecodable bytes are
@@ -950,8 +990,12 @@ mod tests {
         PAIR.get_or_init(|| {
             let mut t = AttrMap::new();
             t.set_ulong(CKA_MODULUS_BITS, 2048);
-            generate_key_pair(&Mechanism::new(CKM_RSA_PKCS_KEY_PAIR_GEN), &t, &AttrMap::new())
-                .unwrap()
+            generate_key_pair(
+                &Mechanism::new(CKM_RSA_PKCS_KEY_PAIR_GEN),
+                &t,
+                &AttrMap::new(),
+            )
+            .unwrap()
         })
     }
 
@@ -1003,11 +1047,18 @@ mod tests {
     }
 
     fn pss(hash_alg: CK_MECHANISM_TYPE, mgf: CK_ULONG, salt_len: CK_ULONG) -> MechParam {
-        MechParam::RsaPss { hash_alg, mgf, salt_len }
+        MechParam::RsaPss {
+            hash_alg,
+            mgf,
+            salt_len,
+        }
     }
 
     fn mech(m: CK_MECHANISM_TYPE, param: MechParam) -> Mechanism {
-        Mechanism { mechanism: m, param }
+        Mechanism {
+            mechanism: m,
+            param,
+        }
     }
 
     #[test]
@@ -1017,18 +1068,33 @@ mod tests {
         assert_eq!(p.bytes(CKA_PUBLIC_EXPONENT).unwrap(), &[1, 0, 1]);
         assert_eq!(s.ulong(CKA_CLASS).unwrap(), Some(CKO_PRIVATE_KEY));
         assert_eq!(p.ulong(CKA_KEY_TYPE).unwrap(), Some(CKK_RSA));
-        for t in [CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT] {
+        for t in [
+            CKA_PRIME_1,
+            CKA_PRIME_2,
+            CKA_EXPONENT_1,
+            CKA_EXPONENT_2,
+            CKA_COEFFICIENT,
+        ] {
             assert!(s.bytes(t).is_some());
         }
         let no_bits = AttrMap::new();
         let g = Mechanism::new(CKM_RSA_PKCS_KEY_PAIR_GEN);
-        assert_eq!(generate_key_pair(&g, &no_bits, &no_bits).err(), Some(CKR_TEMPLATE_INCOMPLETE));
+        assert_eq!(
+            generate_key_pair(&g, &no_bits, &no_bits).err(),
+            Some(CKR_TEMPLATE_INCOMPLETE)
+        );
         let mut small = AttrMap::new();
         small.set_ulong(CKA_MODULUS_BITS, 512);
-        assert_eq!(generate_key_pair(&g, &small, &no_bits).err(), Some(CKR_KEY_SIZE_RANGE));
+        assert_eq!(
+            generate_key_pair(&g, &small, &no_bits).err(),
+            Some(CKR_KEY_SIZE_RANGE)
+        );
         small.set_ulong(CKA_MODULUS_BITS, 2048);
         small.insert(CKA_PUBLIC_EXPONENT, vec![1, 0, 0]);
-        assert_eq!(generate_key_pair(&g, &small, &no_bits).err(), Some(CKR_ATTRIBUTE_VALUE_INVALID));
+        assert_eq!(
+            generate_key_pair(&g, &small, &no_bits).err(),
+            Some(CKR_ATTRIBUTE_VALUE_INVALID)
+        );
     }
 
     #[test]
@@ -1119,7 +1185,10 @@ mod tests {
             Mechanism::new(CKM_SHA256_RSA_PKCS_PSS),
         ];
         for m in &bad {
-            assert_eq!(sign_init(m, key(s, &cache)).err(), Some(CKR_MECHANISM_PARAM_INVALID));
+            assert_eq!(
+                sign_init(m, key(s, &cache)).err(),
+                Some(CKR_MECHANISM_PARAM_INVALID)
+            );
         }
     }
 
@@ -1136,7 +1205,10 @@ mod tests {
         assert!(v.verify_oneshot(&sig, b"data").unwrap());
         verify(&m, &h, &sig).unwrap();
         // The same signature verifies under the hash-and-sign mechanism.
-        let full = mech(CKM_SHA256_RSA_PKCS_PSS, pss(CKM_SHA256, CKG_MGF1_SHA256, 32));
+        let full = mech(
+            CKM_SHA256_RSA_PKCS_PSS,
+            pss(CKM_SHA256, CKG_MGF1_SHA256, 32),
+        );
         verify(&full, b"data", &sig).unwrap();
     }
 
@@ -1208,7 +1280,10 @@ mod tests {
     fn size_query_keeps_the_operation() {
         let (_, s) = pair();
         let cache = KeyCache::default();
-        for m in [Mechanism::new(CKM_SHA256_RSA_PKCS), Mechanism::new(CKM_RSA_PKCS)] {
+        for m in [
+            Mechanism::new(CKM_SHA256_RSA_PKCS),
+            Mechanism::new(CKM_RSA_PKCS),
+        ] {
             let mut op = sign_init(&m, key(s, &cache)).unwrap();
             let mut q = OutBuf::new(None);
             op.one_shot(b"data", &mut q).unwrap();
@@ -1259,10 +1334,19 @@ mod tests {
     }
 
     fn oaep(hash_alg: CK_MECHANISM_TYPE, mgf: CK_ULONG, label: &[u8]) -> Mechanism {
-        let source = if label.is_empty() { 0 } else { CKZ_DATA_SPECIFIED };
+        let source = if label.is_empty() {
+            0
+        } else {
+            CKZ_DATA_SPECIFIED
+        };
         mech(
             CKM_RSA_PKCS_OAEP,
-            MechParam::RsaOaep { hash_alg, mgf, source, source_data: label.to_vec() },
+            MechParam::RsaOaep {
+                hash_alg,
+                mgf,
+                source,
+                source_data: label.to_vec(),
+            },
         )
     }
 
@@ -1315,9 +1399,17 @@ mod tests {
         // Bad OAEP parameters.
         let bad = mech(
             CKM_RSA_PKCS_OAEP,
-            MechParam::RsaOaep { hash_alg: CKM_SHA256, mgf: 0, source: 0, source_data: vec![] },
+            MechParam::RsaOaep {
+                hash_alg: CKM_SHA256,
+                mgf: 0,
+                source: 0,
+                source_data: vec![],
+            },
         );
-        assert_eq!(encrypt_init(&bad, key(p, &cache)).err(), Some(CKR_MECHANISM_PARAM_INVALID));
+        assert_eq!(
+            encrypt_init(&bad, key(p, &cache)).err(),
+            Some(CKR_MECHANISM_PARAM_INVALID)
+        );
         let nolabel = mech(
             CKM_RSA_PKCS_OAEP,
             MechParam::RsaOaep {
@@ -1377,7 +1469,10 @@ mod tests {
             assert_eq!(s.bytes(*t), Some(v.as_slice()), "attribute {t:#x}");
         }
         assert_eq!(from_pkcs8(&der[1..]).err(), Some(CKR_WRAPPED_KEY_INVALID));
-        let ec = PKey::ec_gen("prime256v1").unwrap().private_key_to_pkcs8().unwrap();
+        let ec = PKey::ec_gen("prime256v1")
+            .unwrap()
+            .private_key_to_pkcs8()
+            .unwrap();
         assert_eq!(from_pkcs8(&ec).err(), Some(CKR_TEMPLATE_INCONSISTENT));
     }
 
@@ -1386,17 +1481,29 @@ mod tests {
         let (p, s) = pair();
         let cache = KeyCache::default();
         let secret = [0x5au8; 32];
-        for m in [Mechanism::new(CKM_RSA_PKCS), oaep(CKM_SHA256, CKG_MGF1_SHA256, b"")] {
+        for m in [
+            Mechanism::new(CKM_RSA_PKCS),
+            oaep(CKM_SHA256, CKG_MGF1_SHA256, b""),
+        ] {
             let w = wrap(&m, key(p, &cache), &secret).unwrap();
             assert_eq!(unwrap(&m, key(s, &cache), &w).unwrap().as_slice(), &secret);
             let mut bad = w.clone();
             bad[0] ^= 0x80;
             bad[200] ^= 1;
-            assert_eq!(unwrap(&m, key(s, &cache), &bad).err(), Some(CKR_WRAPPED_KEY_INVALID));
-            assert_eq!(unwrap(&m, key(s, &cache), &w[..255]).err(), Some(CKR_WRAPPED_KEY_LEN_RANGE));
+            assert_eq!(
+                unwrap(&m, key(s, &cache), &bad).err(),
+                Some(CKR_WRAPPED_KEY_INVALID)
+            );
+            assert_eq!(
+                unwrap(&m, key(s, &cache), &w[..255]).err(),
+                Some(CKR_WRAPPED_KEY_LEN_RANGE)
+            );
         }
         let m = Mechanism::new(CKM_RSA_PKCS);
-        assert_eq!(wrap(&m, key(p, &cache), &[0u8; 300]).err(), Some(CKR_KEY_SIZE_RANGE));
+        assert_eq!(
+            wrap(&m, key(p, &cache), &[0u8; 300]).err(),
+            Some(CKR_KEY_SIZE_RANGE)
+        );
     }
 
     #[test]
@@ -1410,10 +1517,16 @@ mod tests {
         assert_eq!(pubm.ulong(CKA_MODULUS_BITS).unwrap(), Some(2048));
         let mut even = pubm.clone();
         even.insert(CKA_PUBLIC_EXPONENT, vec![1, 0, 0]);
-        assert_eq!(complete_key(CKO_PUBLIC_KEY, &mut even), Err(CKR_ATTRIBUTE_VALUE_INVALID));
+        assert_eq!(
+            complete_key(CKO_PUBLIC_KEY, &mut even),
+            Err(CKR_ATTRIBUTE_VALUE_INVALID)
+        );
         let mut missing = pubm.clone();
         missing.remove(&CKA_MODULUS);
-        assert_eq!(complete_key(CKO_PUBLIC_KEY, &mut missing), Err(CKR_TEMPLATE_INCOMPLETE));
+        assert_eq!(
+            complete_key(CKO_PUBLIC_KEY, &mut missing),
+            Err(CKR_TEMPLATE_INCOMPLETE)
+        );
 
         // Private with primes only: e and the CRT values are computed.
         let mut priv_pq = base_attrs(CKO_PRIVATE_KEY);
@@ -1421,7 +1534,12 @@ mod tests {
             priv_pq.insert(t, s.bytes(t).unwrap().to_vec());
         }
         complete_key(CKO_PRIVATE_KEY, &mut priv_pq).unwrap();
-        for t in [CKA_PUBLIC_EXPONENT, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT] {
+        for t in [
+            CKA_PUBLIC_EXPONENT,
+            CKA_EXPONENT_1,
+            CKA_EXPONENT_2,
+            CKA_COEFFICIENT,
+        ] {
             assert_eq!(priv_pq.bytes(t), s.bytes(t), "attribute {t:#x}");
         }
         // A wrong prime is caught.
@@ -1429,7 +1547,10 @@ mod tests {
         let mut q = s.bytes(CKA_PRIME_2).unwrap().to_vec();
         *q.last_mut().unwrap() ^= 2;
         wrong.insert(CKA_PRIME_2, q);
-        assert_eq!(complete_key(CKO_PRIVATE_KEY, &mut wrong), Err(CKR_ATTRIBUTE_VALUE_INVALID));
+        assert_eq!(
+            complete_key(CKO_PRIVATE_KEY, &mut wrong),
+            Err(CKR_ATTRIBUTE_VALUE_INVALID)
+        );
 
         // Private with n, e, d only: usable for signing, not wrappable.
         let mut ned = base_attrs(CKO_PRIVATE_KEY);
@@ -1444,13 +1565,22 @@ mod tests {
         let mut ob = OutBuf::new(Some(&mut out));
         op.one_shot(b"n,e,d", &mut ob).unwrap();
         verify(&m, b"n,e,d", &out).unwrap();
-        assert_eq!(to_pkcs8(key(&ned, &cache)).err(), Some(CKR_KEY_NOT_WRAPPABLE));
+        assert_eq!(
+            to_pkcs8(key(&ned, &cache)).err(),
+            Some(CKR_KEY_NOT_WRAPPABLE)
+        );
         let mut bad_d = ned.clone();
         bad_d.insert(CKA_PRIVATE_EXPONENT, vec![3]);
-        assert_eq!(complete_key(CKO_PRIVATE_KEY, &mut bad_d), Err(CKR_ATTRIBUTE_VALUE_INVALID));
+        assert_eq!(
+            complete_key(CKO_PRIVATE_KEY, &mut bad_d),
+            Err(CKR_ATTRIBUTE_VALUE_INVALID)
+        );
         let mut no_e = ned.clone();
         no_e.remove(&CKA_PUBLIC_EXPONENT);
-        assert_eq!(complete_key(CKO_PRIVATE_KEY, &mut no_e), Err(CKR_TEMPLATE_INCOMPLETE));
+        assert_eq!(
+            complete_key(CKO_PRIVATE_KEY, &mut no_e),
+            Err(CKR_TEMPLATE_INCOMPLETE)
+        );
     }
 
     #[test]
@@ -1460,13 +1590,22 @@ mod tests {
         let mut ec = s.clone();
         ec.set_ulong(CKA_KEY_TYPE, CKK_EC);
         let m = Mechanism::new(CKM_SHA256_RSA_PKCS);
-        assert_eq!(sign_init(&m, key(&ec, &cache)).err(), Some(CKR_KEY_TYPE_INCONSISTENT));
+        assert_eq!(
+            sign_init(&m, key(&ec, &cache)).err(),
+            Some(CKR_KEY_TYPE_INCONSISTENT)
+        );
         // Signing needs the private key.
-        assert_eq!(sign_init(&m, key(p, &cache)).err(), Some(CKR_KEY_TYPE_INCONSISTENT));
+        assert_eq!(
+            sign_init(&m, key(p, &cache)).err(),
+            Some(CKR_KEY_TYPE_INCONSISTENT)
+        );
         // Verification also works with the private object.
         let sig = sign(&m, b"x").unwrap();
         let cache = KeyCache::default();
-        verify_init(&m, key(s, &cache)).unwrap().one_shot(b"x", &sig).unwrap();
+        verify_init(&m, key(s, &cache))
+            .unwrap()
+            .one_shot(b"x", &sig)
+            .unwrap();
         assert_eq!(
             sign_init(&Mechanism::new(CKM_ECDSA), key(s, &cache)).err(),
             Some(CKR_MECHANISM_INVALID)

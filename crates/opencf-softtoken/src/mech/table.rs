@@ -12,7 +12,11 @@ const EC_FLAGS: CK_FLAGS = CKF_EC_F_P | CKF_EC_NAMEDCURVE | CKF_EC_UNCOMPRESS | 
 const MSG: CK_FLAGS = CKF_MESSAGE_ENCRYPT | CKF_MESSAGE_DECRYPT | CKF_MULTI_MESSAGE;
 
 const fn info(min: CK_ULONG, max: CK_ULONG, flags: CK_FLAGS) -> CK_MECHANISM_INFO {
-    CK_MECHANISM_INFO { ulMinKeySize: min, ulMaxKeySize: max, flags }
+    CK_MECHANISM_INFO {
+        ulMinKeySize: min,
+        ulMaxKeySize: max,
+        flags,
+    }
 }
 
 /// Every mechanism of the software token, in the order `C_GetMechanismList` lists them.
@@ -67,14 +71,25 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     (CKM_DES3_CBC, info(24, 24, ENC | WRAP)),
     (CKM_DES3_CBC_PAD, info(24, 24, ENC | WRAP)),
     // RSA.
-    (CKM_RSA_PKCS_KEY_PAIR_GEN, info(1024, 8192, CKF_GENERATE_KEY_PAIR)),
+    (
+        CKM_RSA_PKCS_KEY_PAIR_GEN,
+        info(1024, 8192, CKF_GENERATE_KEY_PAIR),
+    ),
     (
         CKM_RSA_PKCS,
-        info(1024, 8192, ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP),
+        info(
+            1024,
+            8192,
+            ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP,
+        ),
     ),
     (
         CKM_RSA_X_509,
-        info(1024, 8192, ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP),
+        info(
+            1024,
+            8192,
+            ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP,
+        ),
     ),
     (CKM_RSA_PKCS_OAEP, info(1024, 8192, ENC | WRAP)),
     (CKM_RSA_PKCS_PSS, info(1024, 8192, SV)),
@@ -97,7 +112,10 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     (CKM_SHA3_384_RSA_PKCS_PSS, info(1024, 8192, SV)),
     (CKM_SHA3_512_RSA_PKCS_PSS, info(1024, 8192, SV)),
     // Elliptic curves (P-256, P-384, P-521, secp256k1).
-    (CKM_EC_KEY_PAIR_GEN, info(256, 521, CKF_GENERATE_KEY_PAIR | EC_FLAGS)),
+    (
+        CKM_EC_KEY_PAIR_GEN,
+        info(256, 521, CKF_GENERATE_KEY_PAIR | EC_FLAGS),
+    ),
     (CKM_ECDSA, info(256, 521, SV | EC_FLAGS)),
     (CKM_ECDSA_SHA1, info(256, 521, SV | EC_FLAGS)),
     (CKM_ECDSA_SHA224, info(256, 521, SV | EC_FLAGS)),
@@ -109,11 +127,20 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     (CKM_ECDSA_SHA3_384, info(256, 521, SV | EC_FLAGS)),
     (CKM_ECDSA_SHA3_512, info(256, 521, SV | EC_FLAGS)),
     (CKM_ECDH1_DERIVE, info(255, 521, CKF_DERIVE | EC_FLAGS)),
-    (CKM_ECDH1_COFACTOR_DERIVE, info(256, 521, CKF_DERIVE | EC_FLAGS)),
+    (
+        CKM_ECDH1_COFACTOR_DERIVE,
+        info(256, 521, CKF_DERIVE | EC_FLAGS),
+    ),
     // Edwards and Montgomery curves.
-    (CKM_EC_EDWARDS_KEY_PAIR_GEN, info(255, 448, CKF_GENERATE_KEY_PAIR)),
+    (
+        CKM_EC_EDWARDS_KEY_PAIR_GEN,
+        info(255, 448, CKF_GENERATE_KEY_PAIR),
+    ),
     (CKM_EDDSA, info(255, 448, SV)),
-    (CKM_EC_MONTGOMERY_KEY_PAIR_GEN, info(255, 448, CKF_GENERATE_KEY_PAIR)),
+    (
+        CKM_EC_MONTGOMERY_KEY_PAIR_GEN,
+        info(255, 448, CKF_GENERATE_KEY_PAIR),
+    ),
     // Post-quantum (PKCS#11 3.2).
     (
         CKM_ML_DSA_KEY_PAIR_GEN,
@@ -126,7 +153,11 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     ),
     (
         CKM_ML_KEM,
-        info(CKP_ML_KEM_512, CKP_ML_KEM_1024, CKF_ENCAPSULATE | CKF_DECAPSULATE),
+        info(
+            CKP_ML_KEM_512,
+            CKP_ML_KEM_1024,
+            CKF_ENCAPSULATE | CKF_DECAPSULATE,
+        ),
     ),
     // Key derivation.
     (CKM_PKCS5_PBKD2, info(0, 0, CKF_GENERATE)),

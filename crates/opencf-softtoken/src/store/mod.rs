@@ -136,22 +136,32 @@ impl std::error::Error for StoreError {}
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenMeta {
     /// At most 32 bytes, not padded.
+    /// Token label (at most 32 bytes).
     pub label: String,
     /// 16 upper-case hex digits, random when the database was created.
+    /// Serial number: 16 hex digits, random at creation.
     pub serial: String,
+    /// The token has been initialised.
     pub initialized: bool,
+    /// The user PIN is set.
     pub user_pin_initialized: bool,
+    /// The user PIN must be changed before use.
     pub user_pin_to_be_changed: bool,
+    /// The SO PIN must be changed.
     pub so_pin_to_be_changed: bool,
+    /// Consecutive failed user logins.
     pub user_failures: u32,
+    /// Consecutive failed SO logins.
     pub so_failures: u32,
 }
 
 impl TokenMeta {
+    /// The user PIN is locked.
     pub fn user_locked(&self) -> bool {
         self.user_failures >= MAX_PIN_FAILURES
     }
 
+    /// The SO PIN is locked.
     pub fn so_locked(&self) -> bool {
         self.so_failures >= MAX_PIN_FAILURES
     }

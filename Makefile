@@ -25,10 +25,11 @@ MODULE ?= $(CURDIR)/target/release/libopencf_softtoken.so
 export MODULE VENV
 
 PYTEST_ARGS ?= -q
+FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo pkcs11-tool python
+TEST_SUITES ?= cargo badinput pkcs11-tool python
 
-.PHONY: help deps build test test-suites run fmt format lint clean $(addprefix suite-,$(TEST_SUITES))
+.PHONY: help deps build test test-suites run fmt format lint clean fuzz $(addprefix suite-,$(TEST_SUITES))
 
 help:
 	@sed -n '1,14p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# \{0,1\}//'
@@ -68,6 +69,14 @@ test-suites:
 
 suite-cargo:
 	$(CARGO) test --release --workspace
+
+suite-badinput:
+	tests/c/run.sh
+
+# libFuzzer run of the template target (nightly + cargo-fuzz; falls back to the stable
+# driver, which suite-cargo also runs over 200,000 inputs).
+fuzz:
+	tests/fuzz.sh $(FUZZ_SECONDS)
 
 suite-pkcs11-tool:
 	tests/consumers/pkcs11-tool.sh

@@ -10,6 +10,9 @@ pub trait Worker: Send {
     fn op(&mut self) -> Result<(), String>;
 }
 
+/// One thread's count, elapsed time and latencies.
+type ThreadOutcome = Result<(u64, Duration, Vec<f64>), String>;
+
 /// What one timed run measured.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -18,6 +21,12 @@ pub struct RunResult {
     /// Per-operation latencies in microseconds, when recorded. With a batch
     /// of one these are single operations; otherwise batch averages.
     pub latencies_us: Vec<f64>,
+    /// Process CPU time during the run over its wall time, in % of one CPU.
+    pub cpu_percent: f64,
+    /// Voluntary context switches (blocking) per 1000 operations.
+    pub voluntary_per_kop: f64,
+    /// Involuntary context switches (preemption) per 1000 operations.
+    pub involuntary_per_kop: f64,
 }
 
 /// Runs `workers` (one thread each) for `duration`. Each thread times
@@ -30,7 +39,8 @@ pub fn run(
     record: bool,
 ) -> Result<RunResult, String> {
     let barrier = Barrier::new(workers.len());
-    let outs: Vec<Result<(u64, Duration, Vec<f64>), String>> = std::thread::scope(|s| {
+    let (u0, w0) = (crate::cpu::usage(), Instant::now());
+    let outs: Vec<ThreadOutcome> = std::thread::scope(|s| {
         let handles: Vec<_> = workers
             .iter_mut()
             .map(|w| {
@@ -59,19 +69,29 @@ pub fn run(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a benchmark thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a benchmark thread panicked".into()))
+            })
             .collect()
     });
+    let (u1, wall) = (crate::cpu::usage(), w0.elapsed());
     let mut ops_per_s = 0.0;
+    let mut total_ops = 0u64;
     let mut latencies_us = Vec::new();
     for out in outs {
         let (ops, elapsed, lats) = out?;
         ops_per_s += ops as f64 / elapsed.as_secs_f64();
+        total_ops += ops;
         latencies_us.extend(lats);
     }
+    let per_kop = |d: u64| d as f64 * 1000.0 / total_ops.max(1) as f64;
     Ok(RunResult {
         ops_per_s,
         latencies_us,
+        cpu_percent: (u1.cpu.saturating_sub(u0.cpu)).as_secs_f64() * 100.0 / wall.as_secs_f64(),
+        voluntary_per_kop: per_kop(u1.voluntary.saturating_sub(u0.voluntary)),
+        involuntary_per_kop: per_kop(u1.involuntary.saturating_sub(u0.involuntary)),
     })
 }
 

@@ -1,13 +1,14 @@
 //! The benchmarks: what one operation is, for a PKCS#11 module and for
 //! native OpenSSL, and the one-off setup (keys, objects) each needs.
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
 use cryptoki::mechanism::Mechanism;
 use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
 use cryptoki::session::Session;
-use cryptoki_sys::{CK_OBJECT_HANDLE, CK_SESSION_HANDLE, CKM_ECDSA, CKM_SHA256_RSA_PKCS};
+use cryptoki_sys::{CKM_ECDSA, CKM_SHA256_RSA_PKCS, CK_OBJECT_HANDLE, CK_SESSION_HANDLE};
 use openssl::bn::BigNum;
 use openssl::cipher::{Cipher, CipherRef};
 use openssl::cipher_ctx::CipherCtx;
@@ -149,19 +150,42 @@ fn native_gcm(iv: &[u8; 12], data: &[u8]) -> Result<Vec<u8>, String> {
 /// The key (or objects) one benchmark uses in one module, made once.
 pub struct P11Target {
     bench: Bench,
-    module: Arc<Module>,
+    module: Rc<Module>,
     /// AES key or private key.
     key: CK_OBJECT_HANDLE,
     /// Token objects to destroy at the end (keys made for this run).
     cleanup: Vec<ObjectHandle>,
     /// The label searched for by `find`.
     label: Vec<u8>,
+    /// AES-GCM: give every thread after the first its own key object.
+    pub key_per_thread: bool,
+}
+
+/// Creates the AES-128 session key object every module encrypts with.
+fn create_aes_key(s: &Session) -> Result<CK_OBJECT_HANDLE, String> {
+    s.create_object(&[
+        Attribute::Class(ObjectClass::SECRET_KEY),
+        Attribute::KeyType(KeyType::AES),
+        Attribute::Token(false),
+        Attribute::Private(true),
+        Attribute::Sensitive(true),
+        Attribute::Encrypt(true),
+        Attribute::Decrypt(true),
+        Attribute::Label(b"cfspeed-aes".to_vec()),
+        Attribute::Value(AES_KEY.to_vec()),
+    ])
+    .map(|k| k.handle())
+    .map_err(|e| ck("C_CreateObject (AES key)", e))
 }
 
 impl P11Target {
     /// Creates what `bench` needs in `module` and checks one operation's
     /// result against OpenSSL. `find_objects` is the object count for `find`.
-    pub fn setup(bench: Bench, module: Arc<Module>, find_objects: usize) -> Result<P11Target, String> {
+    pub fn setup(
+        bench: Bench,
+        module: Rc<Module>,
+        find_objects: usize,
+    ) -> Result<P11Target, String> {
         let s = &module.anchor;
         let mut t = P11Target {
             bench,
@@ -169,23 +193,11 @@ impl P11Target {
             key: 0,
             cleanup: Vec::new(),
             label: Vec::new(),
+            key_per_thread: false,
         };
         match bench {
             Bench::AesGcm => {
-                let key = s
-                    .create_object(&[
-                        Attribute::Class(ObjectClass::SECRET_KEY),
-                        Attribute::KeyType(KeyType::AES),
-                        Attribute::Token(false),
-                        Attribute::Private(true),
-                        Attribute::Sensitive(true),
-                        Attribute::Encrypt(true),
-                        Attribute::Decrypt(true),
-                        Attribute::Label(b"cfspeed-aes".to_vec()),
-                        Attribute::Value(AES_KEY.to_vec()),
-                    ])
-                    .map_err(|e| ck("C_CreateObject (AES key)", e))?;
-                t.key = key.handle();
+                t.key = create_aes_key(s)?;
                 // Cross-check one operation against OpenSSL.
                 let mut iv = [7u8; 12];
                 let data: Vec<u8> = (0..100u8).collect();
@@ -195,7 +207,10 @@ impl P11Target {
                     .aes_gcm_encrypt(s.handle(), t.key, &mut iv, &data, &mut out)
                     .map_err(|e| e.to_string())?;
                 if out[..n] != native_gcm(&[7u8; 12], &data)?[..] {
-                    return Err(format!("{}: AES-GCM output differs from OpenSSL's", module.name));
+                    return Err(format!(
+                        "{}: AES-GCM output differs from OpenSSL's",
+                        module.name
+                    ));
                 }
             }
             Bench::RsaSha256 => {
@@ -222,7 +237,13 @@ impl P11Target {
                 let mut sig = vec![0u8; 256];
                 let n = module
                     .raw
-                    .sign(s.handle(), CKM_SHA256_RSA_PKCS, t.key, &SIGN_MESSAGE, &mut sig)
+                    .sign(
+                        s.handle(),
+                        CKM_SHA256_RSA_PKCS,
+                        t.key,
+                        &SIGN_MESSAGE,
+                        &mut sig,
+                    )
                     .map_err(|e| e.to_string())?;
                 verify_rsa(s, public, &sig[..n]).map_err(|e| format!("{}: {e}", module.name))?;
             }
@@ -252,7 +273,8 @@ impl P11Target {
                     .raw
                     .sign(s.handle(), CKM_ECDSA, t.key, &hash, &mut sig)
                     .map_err(|e| e.to_string())?;
-                verify_ecdsa(s, public, &hash, &sig[..n]).map_err(|e| format!("{}: {e}", module.name))?;
+                verify_ecdsa(s, public, &hash, &sig[..n])
+                    .map_err(|e| format!("{}: {e}", module.name))?;
             }
             Bench::Find => {
                 t.label = ensure_find_objects(&module, find_objects)?;
@@ -278,7 +300,11 @@ impl P11Target {
     pub fn cleanup(&mut self) {
         for h in self.cleanup.drain(..) {
             if let Err(e) = self.module.anchor.destroy_object(h) {
-                eprintln!("cfspeed: {}: could not destroy a benchmark key: {}", self.module.name, describe(&e));
+                eprintln!(
+                    "cfspeed: {}: could not destroy a benchmark key: {}",
+                    self.module.name,
+                    describe(&e)
+                );
             }
         }
     }
@@ -317,7 +343,11 @@ fn ensure_find_objects(module: &Module, count: usize) -> Result<Vec<u8>, String>
             ])
             .map_err(|e| ck("C_CreateObject (find objects)", e))?;
             if tty && (i % 100 == 0 || i + 1 == count) {
-                eprint!("\r{}: creating token objects {}/{count}", module.name, i + 1);
+                eprint!(
+                    "\r{}: creating token objects {}/{count}",
+                    module.name,
+                    i + 1
+                );
             }
         }
         let secs = start.elapsed().as_secs_f64();
@@ -341,7 +371,10 @@ fn ensure_find_objects(module: &Module, count: usize) -> Result<Vec<u8>, String>
 
 fn verify_rsa(s: &Session, public: ObjectHandle, sig: &[u8]) -> Result<(), String> {
     let attrs = s
-        .get_attributes(public, &[AttributeType::Modulus, AttributeType::PublicExponent])
+        .get_attributes(
+            public,
+            &[AttributeType::Modulus, AttributeType::PublicExponent],
+        )
         .map_err(|e| ck("C_GetAttributeValue (RSA public key)", e))?;
     let (mut n, mut e) = (None, None);
     for a in attrs {
@@ -361,7 +394,9 @@ fn verify_rsa(s: &Session, public: ObjectHandle, sig: &[u8]) -> Result<(), Strin
     .map_err(|e| ossl("RSA", e))?;
     let pkey = PKey::from_rsa(rsa).map_err(|e| ossl("PKey", e))?;
     let mut v = Verifier::new(MessageDigest::sha256(), &pkey).map_err(|e| ossl("verify", e))?;
-    if v.verify_oneshot(sig, &SIGN_MESSAGE).map_err(|e| ossl("verify", e))? {
+    if v.verify_oneshot(sig, &SIGN_MESSAGE)
+        .map_err(|e| ossl("verify", e))?
+    {
         Ok(())
     } else {
         Err("the RSA signature does not verify with OpenSSL".into())
@@ -387,7 +422,10 @@ fn verify_ecdsa(s: &Session, public: ObjectHandle, hash: &[u8], sig: &[u8]) -> R
     let p = EcPoint::from_bytes(&group, raw, &mut bn).map_err(|e| ossl("EC point", e))?;
     let key = EcKey::from_public_key(&group, &p).map_err(|e| ossl("EC key", e))?;
     if sig.len() != 64 {
-        return Err(format!("ECDSA signature is {} bytes, expected 64", sig.len()));
+        return Err(format!(
+            "ECDSA signature is {} bytes, expected 64",
+            sig.len()
+        ));
     }
     let es = EcdsaSig::from_private_components(
         BigNum::from_slice(&sig[..32]).map_err(|e| ossl("BN", e))?,
@@ -410,12 +448,17 @@ impl Target for P11Target {
         (0..n)
             .map(|i| {
                 let session = self.module.session()?;
+                let key = if self.key_per_thread && self.bench == Bench::AesGcm && i > 0 {
+                    create_aes_key(&self.module.anchor)?
+                } else {
+                    self.key
+                };
                 let w = P11Worker {
                     bench: self.bench,
                     raw: self.module.raw.clone(),
                     handle: session.handle(),
                     _session: session,
-                    key: self.key,
+                    key,
                     iv: [i as u8; 12],
                     counter: 0,
                     data: match self.bench {
@@ -452,15 +495,28 @@ impl Worker for P11Worker {
         let r = match self.bench {
             Bench::AesGcm => {
                 next_iv(&mut self.iv, &mut self.counter);
-                self.raw
-                    .aes_gcm_encrypt(self.handle, self.key, &mut self.iv, &self.data, &mut self.out)
+                self.raw.aes_gcm_encrypt(
+                    self.handle,
+                    self.key,
+                    &mut self.iv,
+                    &self.data,
+                    &mut self.out,
+                )
             }
-            Bench::RsaSha256 => {
+            Bench::RsaSha256 => self.raw.sign(
+                self.handle,
+                CKM_SHA256_RSA_PKCS,
+                self.key,
+                &self.data,
+                &mut self.out,
+            ),
+            Bench::Ecdsa => {
                 self.raw
-                    .sign(self.handle, CKM_SHA256_RSA_PKCS, self.key, &self.data, &mut self.out)
+                    .sign(self.handle, CKM_ECDSA, self.key, &self.data, &mut self.out)
             }
-            Bench::Ecdsa => self.raw.sign(self.handle, CKM_ECDSA, self.key, &self.data, &mut self.out),
-            Bench::Find => self.raw.find_by_label(self.handle, &self.data, &mut self.found),
+            Bench::Find => self
+                .raw
+                .find_by_label(self.handle, &self.data, &mut self.found),
         };
         r.map(|_| ()).map_err(|e| e.to_string())
     }
@@ -485,7 +541,7 @@ pub enum NativeKind {
 pub struct NativeTarget {
     bench: Bench,
     kind: NativeKind,
-    cipher: Option<Cipher>,
+    cipher: Option<Arc<Cipher>>,
     pkey: Option<PKey<Private>>,
 }
 
@@ -501,14 +557,17 @@ impl NativeTarget {
         };
         match (bench, kind) {
             (Bench::AesGcm, _) => {
-                t.cipher = Some(Cipher::fetch(None, "AES-128-GCM", None).map_err(|e| ossl("fetch", e))?);
+                t.cipher = Some(Arc::new(
+                    Cipher::fetch(None, "AES-128-GCM", None).map_err(|e| ossl("fetch", e))?,
+                ));
             }
             (Bench::RsaSha256, NativeKind::PerOp) => {
                 let rsa = Rsa::generate(2048).map_err(|e| ossl("RSA keygen", e))?;
                 t.pkey = Some(PKey::from_rsa(rsa).map_err(|e| ossl("PKey", e))?);
             }
             (Bench::Ecdsa, NativeKind::PerOp) => {
-                let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).map_err(|e| ossl("EC", e))?;
+                let group =
+                    EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).map_err(|e| ossl("EC", e))?;
                 let ec = EcKey::generate(&group).map_err(|e| ossl("EC keygen", e))?;
                 t.pkey = Some(PKey::from_ec_key(ec).map_err(|e| ossl("PKey", e))?);
             }
@@ -549,8 +608,12 @@ impl NativeTarget {
         };
         if self.kind == NativeKind::Reuse {
             let mut ctx = CipherCtx::new().map_err(|e| ossl("ctx", e))?;
-            ctx.encrypt_init(w.cipher.as_deref(), Some(&AES_KEY), Some(&w.iv))
-                .map_err(|e| ossl("EncryptInit", e))?;
+            ctx.encrypt_init(
+                w.cipher.as_deref().map(|c| &**c),
+                Some(&AES_KEY),
+                Some(&w.iv),
+            )
+            .map_err(|e| ossl("EncryptInit", e))?;
             w.ctx = Some(ctx);
         }
         Ok(w)
@@ -575,7 +638,7 @@ impl Target for NativeTarget {
 struct NativeWorker {
     bench: Bench,
     kind: NativeKind,
-    cipher: Option<Cipher>,
+    cipher: Option<Arc<Cipher>>,
     pkey: Option<PKey<Private>>,
     ctx: Option<CipherCtx>,
     iv: [u8; 12],
@@ -598,7 +661,7 @@ impl NativeWorker {
                     }
                     _ => {
                         fresh = CipherCtx::new()?;
-                        let cipher: Option<&CipherRef> = self.cipher.as_deref();
+                        let cipher: Option<&CipherRef> = self.cipher.as_deref().map(|c| &**c);
                         fresh.encrypt_init(cipher, Some(&AES_KEY), Some(&self.iv))?;
                         &mut fresh
                     }

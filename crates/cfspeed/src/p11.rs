@@ -76,7 +76,9 @@ impl Module {
         }
         let raw = Arc::new(RawModule::open(path)?);
         let slot = choose_slot(&pkcs11, spec).map_err(|e| format!("{}: {e}", path.display()))?;
-        let info = pkcs11.get_library_info().map_err(|e| ctx("C_GetInfo", &e))?;
+        let info = pkcs11
+            .get_library_info()
+            .map_err(|e| ctx("C_GetInfo", &e))?;
         let v = info.library_version();
         let library = format!(
             "{} {}.{}",

@@ -8,7 +8,8 @@
 //! `C_FindObjectsFinal`) and nothing of the binding (its extra length-query
 //! call and `Vec` per output) is measured.
 //!
-//! This is the only module of the crate with `unsafe` code.
+//! With `cpu.rs` (one `getrusage` call), the only module of the crate with
+//! `unsafe` code.
 
 use std::os::raw::c_void;
 use std::path::Path;
@@ -18,12 +19,22 @@ use cryptoki_sys::{
     CK_MECHANISM, CK_MECHANISM_TYPE, CK_OBJECT_HANDLE, CK_RV, CK_SESSION_HANDLE, CK_ULONG,
 };
 
-type EncryptInitFn = unsafe extern "C" fn(CK_SESSION_HANDLE, *mut CK_MECHANISM, CK_OBJECT_HANDLE) -> CK_RV;
-type OneShotFn =
-    unsafe extern "C" fn(CK_SESSION_HANDLE, *mut CK_BYTE, CK_ULONG, *mut CK_BYTE, *mut CK_ULONG) -> CK_RV;
+type EncryptInitFn =
+    unsafe extern "C" fn(CK_SESSION_HANDLE, *mut CK_MECHANISM, CK_OBJECT_HANDLE) -> CK_RV;
+type OneShotFn = unsafe extern "C" fn(
+    CK_SESSION_HANDLE,
+    *mut CK_BYTE,
+    CK_ULONG,
+    *mut CK_BYTE,
+    *mut CK_ULONG,
+) -> CK_RV;
 type FindInitFn = unsafe extern "C" fn(CK_SESSION_HANDLE, *mut CK_ATTRIBUTE, CK_ULONG) -> CK_RV;
-type FindFn =
-    unsafe extern "C" fn(CK_SESSION_HANDLE, *mut CK_OBJECT_HANDLE, CK_ULONG, *mut CK_ULONG) -> CK_RV;
+type FindFn = unsafe extern "C" fn(
+    CK_SESSION_HANDLE,
+    *mut CK_OBJECT_HANDLE,
+    CK_ULONG,
+    *mut CK_ULONG,
+) -> CK_RV;
 type FindFinalFn = unsafe extern "C" fn(CK_SESSION_HANDLE) -> CK_RV;
 
 /// A PKCS#11 return value other than `CKR_OK`, with the function that gave it.
@@ -96,9 +107,13 @@ impl RawModule {
             encrypt: l.C_Encrypt.ok_or_else(|| missing("C_Encrypt"))?,
             sign_init: l.C_SignInit.ok_or_else(|| missing("C_SignInit"))?,
             sign: l.C_Sign.ok_or_else(|| missing("C_Sign"))?,
-            find_init: l.C_FindObjectsInit.ok_or_else(|| missing("C_FindObjectsInit"))?,
+            find_init: l
+                .C_FindObjectsInit
+                .ok_or_else(|| missing("C_FindObjectsInit"))?,
             find: l.C_FindObjects.ok_or_else(|| missing("C_FindObjects"))?,
-            find_final: l.C_FindObjectsFinal.ok_or_else(|| missing("C_FindObjectsFinal"))?,
+            find_final: l
+                .C_FindObjectsFinal
+                .ok_or_else(|| missing("C_FindObjectsFinal"))?,
             _lib: lib,
         })
     }
@@ -131,7 +146,10 @@ impl RawModule {
         // SAFETY: every pointer refers to a live local or slice for the
         // duration of the calls; the module only reads `data` and the IV.
         unsafe {
-            check("C_EncryptInit", (self.encrypt_init)(session, &mut mech, key))?;
+            check(
+                "C_EncryptInit",
+                (self.encrypt_init)(session, &mut mech, key),
+            )?;
             check(
                 "C_Encrypt",
                 (self.encrypt)(

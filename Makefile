@@ -68,7 +68,7 @@ test-suites:
 # --- test suites -------------------------------------------------------------
 
 suite-cargo:
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace --no-fail-fast
 
 suite-badinput:
 	tests/c/run.sh

@@ -229,7 +229,7 @@ pub fn unparse(attrs: &[Attribute]) -> Vec<u8> {
     let mut out = Vec::new();
     for a in attrs {
         out.push(0x01 | 0x04);
-        out.extend_from_slice(&(a.kind as u64).to_le_bytes());
+        out.extend_from_slice(&a.kind.to_le_bytes());
         let len = a.value.len().min(u16::MAX as usize);
         out.extend_from_slice(&(len as u16).to_le_bytes());
         out.extend_from_slice(&a.value[..len]);

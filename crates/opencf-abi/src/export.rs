@@ -484,8 +484,12 @@ fn init_with<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // PKCS#11 3.0: an *Init call with a NULL mechanism ends the active operation.
+        // A backend without C_SessionCancel keeps the 2.40 answer.
         if mech.is_null() {
-            return b.session_cancel(session, cancel);
+            return match b.session_cancel(session, cancel) {
+                Err(CKR_FUNCTION_NOT_SUPPORTED) => Err(CKR_ARGUMENTS_BAD),
+                r => r,
+            };
         }
         // SAFETY: the caller's mechanism.
         let mech = unsafe { mechanism(mech)? };

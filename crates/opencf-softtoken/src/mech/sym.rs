@@ -1329,6 +1329,9 @@ pub(crate) fn check_secret_len(kt: CK_KEY_TYPE, len: usize) -> CkResult<()> {
 /// largest HKDF output (255 × 64 bytes). Generation stays within the mechanism table's range.
 const MAX_SECRET: usize = 64 * 1024;
 
+/// Largest generated generic secret / HMAC / HKDF key (bytes), as the mechanism table says.
+const MAX_GENERATED: usize = 512;
+
 /// The fixed value length of a key type, if it has one.
 pub(crate) fn implied_len(kt: CK_KEY_TYPE) -> Option<usize> {
     match kt {
@@ -1391,6 +1394,10 @@ pub fn generate_key(mech: &Mechanism, template: &AttrMap) -> CkResult<AttrMap> {
         (None, None) => return Err(CKR_TEMPLATE_INCOMPLETE),
     };
     check_secret_len(kt, len)?;
+    // Generated secrets stay within the mechanism table's range (1..=512 bytes).
+    if len > MAX_GENERATED {
+        return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+    }
     let mut value = Zeroizing::new(vec![0u8; len]);
     if kt == CKK_DES3 {
         // OpenSSL's Triple-DES key generator: random bytes with odd parity.
@@ -2028,8 +2035,9 @@ mod tests {
         assert!(p(&gcm(&[0; 128], b"", 128)).is_none());
         assert!(p(&gcm(&[0; 129], b"", 128)).is_none());
         assert!(p(&gcm(&[0; 256], b"", 32)).is_none());
+        assert!(p(&gcm(&[0; 257], b"", 128)).is_none());
         assert_eq!(
-            p(&gcm(&[0; 257], b"", 128)),
+            p(&gcm(&vec![0; GCM_MAX_IV + 1], b"", 128)),
             Some(CKR_MECHANISM_PARAM_INVALID)
         );
         let mut m = gcm(&[0; 12], b"", 128);
@@ -2539,7 +2547,7 @@ mod tests {
             (CKK_CHACHA20, 32, 16),
             (CKK_GENERIC_SECRET, 1, 0),
             (CKK_SHA256_HMAC, 100, 0),
-            (CKK_HKDF, 64, 513),
+            (CKK_HKDF, 64, MAX_SECRET + 1),
         ] {
             let mut a = secret(kt, &vec![1; ok]);
             complete_key(kt, &mut a).unwrap();

@@ -358,9 +358,26 @@ impl TokenStore {
             schema::create_private_dirs(parent)?;
         }
         schema::precreate_db_file(path)?;
-        let mut conn = schema::connect(path)?;
+        // Two processes opening a new keystore at once: switching it to WAL needs an
+        // exclusive lock, for which SQLite does not always wait on its busy handler. Retry
+        // for as long as the busy timeout would have waited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let conn = loop {
+            let attempt = schema::connect(path).and_then(|mut c| {
+                schema::init_schema(&mut c)?;
+                Ok(c)
+            });
+            match attempt {
+                Err(StoreError::Io(m))
+                    if (m.contains("locked") || m.contains("busy"))
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
         conn.set_prepared_statement_cache_capacity(32);
-        schema::init_schema(&mut conn)?;
         schema::fix_permissions(path)?;
         Ok(TokenStore {
             conn: Mutex::new(conn),

@@ -174,7 +174,7 @@ fn write(session: &Session, prefix: &str, count: u64, out: &mut impl Write) -> R
     let mut i: u64 = 0;
     while count == 0 || i < count {
         let label = format!("{prefix}-{i}");
-        let (value, template) = if i % 2 == 0 {
+        let (value, template) = if i.is_multiple_of(2) {
             let len = 1 + usize::from(u16::from_le_bytes(random(2)?.try_into().unwrap()) % 300);
             let value = random(len)?;
             let t = vec![

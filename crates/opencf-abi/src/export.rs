@@ -25,7 +25,7 @@ use crate::convert::{
     template_types, write_list, Out,
 };
 use crate::instance::{self, with_backend};
-use crate::params::{mechanism, MessageIo};
+use crate::params::{mechanism, mechanism_type, MessageIo};
 use crate::sys::*;
 use crate::{Backend, CkResult};
 
@@ -476,6 +476,27 @@ fn ended_on_error<B: Backend>(
     r
 }
 
+/// `C_MessageEncryptInit`/`C_MessageDecryptInit`: each message brings its own parameters, so
+/// a parameter given here (some consumers pass the first message's) is ignored.
+fn message_init_with<B: Backend>(
+    session: CK_SESSION_HANDLE,
+    cancel: CK_FLAGS,
+    mech: *mut CK_MECHANISM,
+    f: impl FnOnce(&B, &crate::Mechanism) -> CkResult<()>,
+) -> CK_RV {
+    call::<B>(|b| {
+        if mech.is_null() {
+            return match b.session_cancel(session, cancel) {
+                Err(CKR_FUNCTION_NOT_SUPPORTED) => Err(CKR_ARGUMENTS_BAD),
+                r => r,
+            };
+        }
+        // SAFETY: the caller's mechanism.
+        let m = unsafe { mechanism_type(mech)? };
+        f(b, &crate::Mechanism::new(m))
+    })
+}
+
 fn init_with<B: Backend>(
     session: CK_SESSION_HANDLE,
     cancel: CK_FLAGS,
@@ -623,7 +644,7 @@ pub extern "C" fn C_MessageEncryptInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(session, CKF_MESSAGE_ENCRYPT, mech, |b, m| {
+    message_init_with::<B>(session, CKF_MESSAGE_ENCRYPT, mech, |b, m| {
         b.message_encrypt_init(session, m, key)
     })
 }
@@ -716,7 +737,7 @@ pub extern "C" fn C_MessageDecryptInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(session, CKF_MESSAGE_DECRYPT, mech, |b, m| {
+    message_init_with::<B>(session, CKF_MESSAGE_DECRYPT, mech, |b, m| {
         b.message_decrypt_init(session, m, key)
     })
 }

@@ -133,6 +133,19 @@ pub(crate) unsafe fn mechanism(p: *const CK_MECHANISM) -> CkResult<Mechanism> {
     }
 }
 
+/// Reads only the mechanism type of a `CK_MECHANISM` (for calls whose mechanism takes no
+/// parameter here, such as `C_MessageEncryptInit`).
+///
+/// # Safety
+/// `p` is NULL or points to a readable `CK_MECHANISM`.
+pub(crate) unsafe fn mechanism_type(p: *const CK_MECHANISM) -> CkResult<CK_MECHANISM_TYPE> {
+    if p.is_null() {
+        return Err(CKR_ARGUMENTS_BAD);
+    }
+    // SAFETY: per the function's contract.
+    Ok(unsafe { p.read_unaligned() }.mechanism)
+}
+
 /// Parses a mechanism parameter by mechanism type.
 ///
 /// # Safety

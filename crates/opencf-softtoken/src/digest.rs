@@ -32,7 +32,7 @@ impl SoftToken {
         }
         let mut op = st.digest.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = op.one_shot(data, out);
-        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+        if crate::session::op_survives(out, &r) {
             st.digest = Some(op);
         }
         r
@@ -75,7 +75,7 @@ impl SoftToken {
         let mut st = sess.lock();
         let mut op = st.digest.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = op.finalize(out);
-        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+        if crate::session::op_survives(out, &r) {
             st.digest = Some(op);
         }
         r

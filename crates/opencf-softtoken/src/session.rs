@@ -93,6 +93,13 @@ pub struct Session {
     state: Mutex<OpState>,
 }
 
+/// Whether an operation stays active after a call that produced output: PKCS#11 keeps it only
+/// after a successful size query or `CKR_BUFFER_TOO_SMALL`; any other error, and a completed
+/// call, end it.
+pub fn op_survives(out: &OutBuf, r: &CkResult<()>) -> bool {
+    *r == Err(CKR_BUFFER_TOO_SMALL) || (r.is_ok() && out.is_query())
+}
+
 impl Session {
     /// Locks the session's operation state (uncontended unless two threads share a session).
     pub fn lock(&self) -> MutexGuard<'_, OpState> {

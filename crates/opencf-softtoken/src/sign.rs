@@ -55,7 +55,7 @@ impl SoftToken {
             return Err(CKR_USER_NOT_LOGGED_IN);
         }
         let r = f(&mut op, out);
-        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+        if crate::session::op_survives(out, &r) {
             st.sign = Some(op);
         }
         r
@@ -148,7 +148,7 @@ impl SoftToken {
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = mech::sign_recover(&op.mech, op.key.key(), data, out);
-        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+        if crate::session::op_survives(out, &r) {
             st.sign_recover = Some(op);
         }
         r
@@ -178,7 +178,7 @@ impl SoftToken {
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = mech::verify_recover(&op.mech, op.key.key(), sig, out);
-        if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+        if crate::session::op_survives(out, &r) {
             st.verify_recover = Some(op);
         }
         r

@@ -208,13 +208,13 @@ impl Token {
         Ok(())
     }
 
-    /// Drops private token objects from memory (logout) and forgets their loaded versions so
-    /// the next login reloads them; session objects stay.
+    /// At logout: drops private token objects from memory (forgetting their loaded versions so
+    /// the next login reloads them) and destroys private session objects, as PKCS#11 says.
     pub fn forget_private(&self, st: &SoftToken) {
         let mut sync = self.sync.lock().unwrap_or_else(|e| e.into_inner());
         let removed = st
             .objects
-            .remove_where(|o| o.slot == self.slot && o.is_token() && o.is_private());
+            .remove_where(|o| o.slot == self.slot && o.is_private());
         for o in removed {
             if let Some(id) = o.store_id {
                 if let Some(k) = sync.known.get_mut(&id) {

@@ -94,8 +94,9 @@ impl SoftToken {
     ) -> CkResult<()> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
-        let mut st = sess.lock();
-        if slot_of(&mut st, encrypt).is_some() {
+        let mut guard = sess.lock();
+        let st: &mut OpState = &mut guard;
+        if slot_of(st, encrypt).is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
         let (flag, classes, usage) = if encrypt {
@@ -104,13 +105,12 @@ impl SoftToken {
             (CKF_DECRYPT, [CKO_SECRET_KEY, CKO_PRIVATE_KEY], CKA_DECRYPT)
         };
         check_mechanism(mech.mechanism, flag)?;
-        let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
-        check_key(&obj, &classes, usage, mech.mechanism)?;
+        let obj = self.cached_key(&sess, &mut st.keys, key, CKR_KEY_HANDLE_INVALID)?;
+        check_key(obj, &classes, usage, mech.mechanism)?;
+        let uid = obj.uid;
         let reuse = match st.spare.take() {
             Some(mut sp)
-                if sp.key_uid == obj.uid
-                    && sp.mechanism == mech.mechanism
-                    && sp.encrypt == encrypt =>
+                if sp.key_uid == uid && sp.mechanism == mech.mechanism && sp.encrypt == encrypt =>
             {
                 sp.op.reinit(mech).ok().map(|_| sp.op)
             }
@@ -124,7 +124,7 @@ impl SoftToken {
             None if encrypt => mech::encrypt_init(mech, obj.key())?,
             None => mech::decrypt_init(mech, obj.key())?,
         };
-        *slot_of(&mut st, encrypt) = Some((obj.uid, mech.mechanism, op));
+        *slot_of(st, encrypt) = Some((uid, mech.mechanism, op));
         Ok(())
     }
 

@@ -41,6 +41,14 @@ pub struct SignState {
     pub needs_auth: bool,
 }
 
+/// The objects a session has looked up, valid for one object epoch. Operations borrow keys
+/// from here, so the hot path writes no reference count shared with other threads.
+#[derive(Default)]
+pub struct SessionKeys {
+    map: HashMap<CK_OBJECT_HANDLE, Arc<Object>>,
+    epoch: u64,
+}
+
 /// The active operations of a session.
 #[derive(Default)]
 pub struct OpState {
@@ -70,15 +78,15 @@ pub struct OpState {
     pub message_decrypt: Option<Box<dyn MessageOp>>,
     /// Reusable cipher context.
     pub spare: Option<SpareCipher>,
-    /// Objects this session used, with the object epoch they were looked up in.
-    pub key_cache: HashMap<CK_OBJECT_HANDLE, Arc<Object>>,
-    /// Epoch of `key_cache`.
-    pub key_cache_epoch: u64,
+    /// Objects this session used.
+    pub keys: SessionKeys,
     /// A context-specific login was done for the current signature.
     pub context_auth: bool,
 }
 
-/// An open session.
+/// An open session. Aligned to its own cache lines: each session is written by the thread
+/// using it, and two sessions side by side in memory must not share a line.
+#[repr(align(128))]
 pub struct Session {
     /// Its handle.
     pub handle: CK_SESSION_HANDLE,
@@ -132,8 +140,36 @@ impl SoftToken {
         self.sessions.get(h).ok_or(CKR_SESSION_HANDLE_INVALID)
     }
 
-    /// A key object for an operation, through the session's cache of looked-up objects
-    /// (no shared table access on the hot path while nothing changes).
+    /// A key object for an operation, lent from the session's cache of looked-up objects
+    /// (no shared table access and no shared reference count on the hot path while nothing
+    /// changes).
+    pub fn cached_key<'a>(
+        &self,
+        sess: &Session,
+        keys: &'a mut SessionKeys,
+        h: CK_OBJECT_HANDLE,
+        missing: CK_RV,
+    ) -> CkResult<&'a Arc<Object>> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if keys.epoch != epoch {
+            keys.map.clear();
+            keys.epoch = epoch;
+        }
+        if !keys.map.contains_key(&h) {
+            let o = self.visible_object(sess, h, missing)?;
+            if keys.map.len() > 256 {
+                keys.map.clear();
+            }
+            keys.map.insert(h, o);
+        }
+        let o = keys.map.get(&h).ok_or(missing)?;
+        if o.is_private() && !sess.token.user_logged_in() {
+            return Err(missing);
+        }
+        Ok(o)
+    }
+
+    /// Like [`SoftToken::cached_key`], returning a shared reference to keep.
     pub fn op_key(
         &self,
         sess: &Session,
@@ -141,23 +177,7 @@ impl SoftToken {
         h: CK_OBJECT_HANDLE,
         missing: CK_RV,
     ) -> CkResult<Arc<Object>> {
-        let epoch = self.epoch.load(Ordering::Acquire);
-        if st.key_cache_epoch != epoch {
-            st.key_cache.clear();
-            st.key_cache_epoch = epoch;
-        }
-        if let Some(o) = st.key_cache.get(&h) {
-            if !o.is_private() || sess.token.user_logged_in() {
-                return Ok(o.clone());
-            }
-            return Err(missing);
-        }
-        let o = self.visible_object(sess, h, missing)?;
-        if st.key_cache.len() > 256 {
-            st.key_cache.clear();
-        }
-        st.key_cache.insert(h, o.clone());
-        Ok(o)
+        self.cached_key(sess, &mut st.keys, h, missing).cloned()
     }
 
     /// `C_OpenSession`.

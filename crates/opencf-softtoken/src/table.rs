@@ -4,13 +4,35 @@
 //! cache line, so threads working on different sessions never touch the same lock word.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
+
+/// Hasher for handles: handles are small sequential integers handed out by the token, not
+/// attacker-chosen keys, so a multiplicative mix is enough (and much cheaper than SipHash).
+#[derive(Default)]
+pub struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Map<T> = HashMap<u64, Arc<T>, BuildHasherDefault<HandleHasher>>;
 
 const SHARDS: usize = 64;
 
 #[repr(align(128))]
 struct Shard<T> {
-    map: RwLock<HashMap<u64, Arc<T>>>,
+    map: RwLock<Map<T>>,
 }
 
 /// A concurrent map from PKCS#11 handles to shared values.
@@ -22,7 +44,7 @@ impl<T> Default for HandleTable<T> {
     fn default() -> Self {
         let shards = (0..SHARDS)
             .map(|_| Shard {
-                map: RwLock::new(HashMap::new()),
+                map: RwLock::new(Map::default()),
             })
             .collect();
         HandleTable { shards }

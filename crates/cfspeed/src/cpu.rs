@@ -1,7 +1,7 @@
-//! Process CPU use around a timed run (`getrusage`), so a reader can tell a
-//! busy machine (threads runnable but not running: low CPU, involuntary
-//! switches) from contention inside a module (threads sleeping on a lock:
-//! low CPU, voluntary switches).
+//! Process CPU use around a timed run (`getrusage`, read through
+//! `opencf_abi::os`), so a reader can tell a busy machine (threads runnable
+//! but not running: low CPU, involuntary switches) from contention inside a
+//! module (threads sleeping on a lock: low CPU, voluntary switches).
 
 use std::time::Duration;
 
@@ -16,18 +16,14 @@ pub struct Usage {
     pub involuntary: u64,
 }
 
-/// Reads the process's CPU use so far.
+/// Reads the process's CPU use so far (zero if it cannot be read).
 pub fn usage() -> Usage {
-    // SAFETY: an all-zero rusage is a valid value; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid out pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Usage::default();
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    Usage {
-        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
-        voluntary: ru.ru_nvcsw as u64,
-        involuntary: ru.ru_nivcsw as u64,
+    match opencf_abi::os::process_usage() {
+        Some(u) => Usage {
+            cpu: u.user + u.system,
+            voluntary: u.voluntary_switches,
+            involuntary: u.involuntary_switches,
+        },
+        None => Usage::default(),
     }
 }

@@ -11,6 +11,8 @@
 //! the implementations are interleaved run by run so that a noisy machine
 //! disturbs them alike.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod cpu;
 mod mechs;
@@ -382,9 +384,19 @@ fn measure(
     }
     drop(workers);
 
+    // Ratios are medians of per-round ratios: the runs of one round are
+    // back to back, so a machine that slows down for a while affects both
+    // sides of each ratio alike.
+    let paired = |a: &[RunResult], b: &[RunResult], f: &dyn Fn(&RunResult) -> f64| {
+        let v: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(x) / f(y)).collect();
+        median(&v)
+    };
+    let ops_of = |r: &RunResult| r.ops_per_s;
+    let per_cpu_of = |r: &RunResult| r.ops_per_s / (r.cpu_percent / 100.0).max(1e-9);
+    let one_k = thread_counts.iter().position(|&n| n == 1);
+
     let mut rows = Vec::new();
     for (ti, t) in targets.iter().enumerate() {
-        let mut one_thread = None;
         for (k, &n) in thread_counts.iter().enumerate() {
             let runs = &samples[ti].runs[k];
             let per_run: Vec<f64> = runs.iter().map(|r| r.ops_per_s).collect();
@@ -394,10 +406,7 @@ fn measure(
                 .flat_map(|r| r.latencies_us.iter().copied())
                 .collect();
             let cpu_percent = median(&runs.iter().map(|r| r.cpu_percent).collect::<Vec<_>>());
-            let per_cpu = ops / (cpu_percent / 100.0).max(1e-9);
-            if n == 1 {
-                one_thread = Some((ops, per_cpu));
-            }
+            let base = one_k.filter(|_| n > 1).map(|k1| &samples[ti].runs[k1]);
             rows.push(Row {
                 mechanism: bench.name().to_string(),
                 size,
@@ -407,17 +416,9 @@ fn measure(
                 mb_per_s: size.map(|s| ops * s as f64 / 1e6),
                 p50_us: (per_op && !lats.is_empty()).then(|| median(&lats)),
                 p99_us: (per_op && !lats.is_empty()).then(|| percentile(&lats, 99.0)),
-                scaling_vs_1_thread: if n > 1 {
-                    one_thread.map(|o| ops / o.0)
-                } else {
-                    None
-                },
-                ops_per_cpu_second: per_cpu,
-                cpu_efficiency_vs_1_thread: if n > 1 {
-                    one_thread.map(|o| per_cpu / o.1)
-                } else {
-                    None
-                },
+                scaling_vs_1_thread: base.map(|b| paired(runs, b, &ops_of)),
+                ops_per_cpu_second: median(&runs.iter().map(per_cpu_of).collect::<Vec<_>>()),
+                cpu_efficiency_vs_1_thread: base.map(|b| paired(runs, b, &per_cpu_of)),
                 cpu_percent,
                 voluntary_switches_per_kop: median(
                     &runs.iter().map(|r| r.voluntary_per_kop).collect::<Vec<_>>(),
@@ -434,23 +435,15 @@ fn measure(
         }
     }
     let mut ratios = Vec::new();
-    for &n in thread_counts {
-        let get = |name: &str| {
-            rows.iter()
-                .find(|r| r.implementation == name && r.threads == n)
-                .map(|r| r.ops_per_s)
-        };
-        let Some(ours) = get("ours") else { continue };
-        for t in targets.iter().skip(1) {
-            if let Some(other) = get(&t.name()) {
-                ratios.push(Ratio {
-                    mechanism: bench.name().to_string(),
-                    size,
-                    threads: n,
-                    name: format!("ours/{}", t.name()),
-                    value: ours / other,
-                });
-            }
+    for (k, &n) in thread_counts.iter().enumerate() {
+        for (ti, t) in targets.iter().enumerate().skip(1) {
+            ratios.push(Ratio {
+                mechanism: bench.name().to_string(),
+                size,
+                threads: n,
+                name: format!("ours/{}", t.name()),
+                value: paired(&samples[0].runs[k], &samples[ti].runs[k], &ops_of),
+            });
         }
     }
     Ok((rows, ratios))

@@ -8,7 +8,8 @@ use std::time::Instant;
 use cryptoki::mechanism::Mechanism;
 use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
 use cryptoki::session::Session;
-use cryptoki_sys::{CKM_ECDSA, CKM_SHA256_RSA_PKCS, CK_OBJECT_HANDLE, CK_SESSION_HANDLE};
+use opencf_abi as abi;
+use opencf_abi::sys::{CKM_ECDSA, CKM_SHA256_RSA_PKCS, CK_OBJECT_HANDLE, CK_SESSION_HANDLE};
 use openssl::bn::BigNum;
 use openssl::cipher::{Cipher, CipherRef};
 use openssl::cipher_ctx::CipherCtx;
@@ -23,7 +24,7 @@ use openssl::sign::{Signer, Verifier};
 
 use crate::bench::Worker;
 use crate::p11::{describe, Module};
-use crate::raw::RawModule;
+use crate::raw::{gcm_iv, gcm_mechanism, label_template, RawModule};
 
 /// DER of the prime256v1 OID, the value of `CKA_EC_PARAMS` for P-256.
 const P256_PARAMS: [u8; 10] = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
@@ -122,9 +123,9 @@ fn ossl(what: &str, e: openssl::error::ErrorStack) -> String {
 }
 
 /// Writes a counter into the last 8 bytes of a 12-byte IV.
-fn next_iv(iv: &mut [u8; 12], counter: &mut u64) {
+fn next_iv(iv: &mut [u8], counter: &mut u64) {
     *counter = counter.wrapping_add(1);
-    iv[4..].copy_from_slice(&counter.to_be_bytes());
+    iv[4..12].copy_from_slice(&counter.to_be_bytes());
 }
 
 /// Native AES-128-GCM of `data` with `iv` (the reference for cross-checks).
@@ -199,12 +200,12 @@ impl P11Target {
             Bench::AesGcm => {
                 t.key = create_aes_key(s)?;
                 // Cross-check one operation against OpenSSL.
-                let mut iv = [7u8; 12];
+                let mech = gcm_mechanism([7u8; 12]);
                 let data: Vec<u8> = (0..100u8).collect();
                 let mut out = vec![0u8; data.len() + 16];
                 let n = module
                     .raw
-                    .aes_gcm_encrypt(s.handle(), t.key, &mut iv, &data, &mut out)
+                    .aes_gcm_encrypt(s.handle(), t.key, &mech, &data, &mut out)
                     .map_err(|e| e.to_string())?;
                 if out[..n] != native_gcm(&[7u8; 12], &data)?[..] {
                     return Err(format!(
@@ -239,7 +240,7 @@ impl P11Target {
                     .raw
                     .sign(
                         s.handle(),
-                        CKM_SHA256_RSA_PKCS,
+                        &abi::Mechanism::new(CKM_SHA256_RSA_PKCS),
                         t.key,
                         &SIGN_MESSAGE,
                         &mut sig,
@@ -271,7 +272,13 @@ impl P11Target {
                 let mut sig = vec![0u8; 64];
                 let n = module
                     .raw
-                    .sign(s.handle(), CKM_ECDSA, t.key, &hash, &mut sig)
+                    .sign(
+                        s.handle(),
+                        &abi::Mechanism::new(CKM_ECDSA),
+                        t.key,
+                        &hash,
+                        &mut sig,
+                    )
                     .map_err(|e| e.to_string())?;
                 verify_ecdsa(s, public, &hash, &sig[..n])
                     .map_err(|e| format!("{}: {e}", module.name))?;
@@ -281,7 +288,7 @@ impl P11Target {
                 let mut found = [0 as CK_OBJECT_HANDLE; 4];
                 let n = module
                     .raw
-                    .find_by_label(s.handle(), &t.label, &mut found)
+                    .find_by_label(s.handle(), &label_template(&t.label), &mut found)
                     .map_err(|e| e.to_string())?;
                 if n != 1 {
                     return Err(format!(
@@ -459,13 +466,23 @@ impl Target for P11Target {
                     handle: session.handle(),
                     _session: session,
                     key,
-                    iv: [i as u8; 12],
+                    mech: match self.bench {
+                        Bench::AesGcm => gcm_mechanism([i as u8; 12]),
+                        Bench::RsaSha256 => abi::Mechanism::new(CKM_SHA256_RSA_PKCS),
+                        Bench::Ecdsa => abi::Mechanism::new(CKM_ECDSA),
+                        // Not used: a search has no mechanism.
+                        Bench::Find => abi::Mechanism::new(0),
+                    },
                     counter: 0,
                     data: match self.bench {
                         Bench::AesGcm => vec![0x5a; size],
                         Bench::RsaSha256 => SIGN_MESSAGE.to_vec(),
                         Bench::Ecdsa => openssl::sha::sha256(&SIGN_MESSAGE).to_vec(),
-                        Bench::Find => self.label.clone(),
+                        Bench::Find => Vec::new(),
+                    },
+                    template: match self.bench {
+                        Bench::Find => label_template(&self.label),
+                        _ => Vec::new(),
                     },
                     out: vec![0; size + 512],
                     found: [0; 16],
@@ -483,9 +500,12 @@ struct P11Worker {
     /// Keeps the session open; closed when the worker is dropped.
     _session: Session,
     key: CK_OBJECT_HANDLE,
-    iv: [u8; 12],
+    /// The mechanism, made once; AES-GCM rewrites its IV in place per op.
+    mech: abi::Mechanism,
     counter: u64,
     data: Vec<u8>,
+    /// `find`: the `CKA_LABEL` template, made once.
+    template: Vec<abi::Attribute>,
     out: Vec<u8>,
     found: [CK_OBJECT_HANDLE; 16],
 }
@@ -494,29 +514,22 @@ impl Worker for P11Worker {
     fn op(&mut self) -> Result<(), String> {
         let r = match self.bench {
             Bench::AesGcm => {
-                next_iv(&mut self.iv, &mut self.counter);
+                next_iv(gcm_iv(&mut self.mech), &mut self.counter);
                 self.raw.aes_gcm_encrypt(
                     self.handle,
                     self.key,
-                    &mut self.iv,
+                    &self.mech,
                     &self.data,
                     &mut self.out,
                 )
             }
-            Bench::RsaSha256 => self.raw.sign(
-                self.handle,
-                CKM_SHA256_RSA_PKCS,
-                self.key,
-                &self.data,
-                &mut self.out,
-            ),
-            Bench::Ecdsa => {
+            Bench::RsaSha256 | Bench::Ecdsa => {
                 self.raw
-                    .sign(self.handle, CKM_ECDSA, self.key, &self.data, &mut self.out)
+                    .sign(self.handle, &self.mech, self.key, &self.data, &mut self.out)
             }
             Bench::Find => self
                 .raw
-                .find_by_label(self.handle, &self.data, &mut self.found),
+                .find_by_label(self.handle, &self.template, &mut self.found),
         };
         r.map(|_| ()).map_err(|e| e.to_string())
     }

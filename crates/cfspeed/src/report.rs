@@ -100,7 +100,8 @@ pub struct Row {
     pub p50_us: Option<f64>,
     /// 99th percentile single-operation latency, µs.
     pub p99_us: Option<f64>,
-    /// `ops_per_s` divided by the same implementation's 1-thread figure.
+    /// Median over rounds of this row's ops/s divided by the same
+    /// implementation's 1-thread ops/s in the same round.
     pub scaling_vs_1_thread: Option<f64>,
     /// Each run's aggregate operations per second.
     pub runs_ops_per_s: Vec<f64>,
@@ -115,7 +116,8 @@ pub struct Row {
     /// comparing it between thread counts separates a module's own
     /// contention from a busy machine.
     pub ops_per_cpu_second: f64,
-    /// `ops_per_cpu_second` divided by the 1-thread figure.
+    /// Median over rounds of ops per CPU-second divided by the 1-thread
+    /// figure of the same round.
     pub cpu_efficiency_vs_1_thread: Option<f64>,
     /// Operations per timed batch.
     pub batch: usize,
@@ -132,7 +134,8 @@ pub struct Ratio {
     pub threads: usize,
     /// e.g. `ours/native`.
     pub name: String,
-    /// ops/s of the first divided by ops/s of the second.
+    /// Median over rounds of (ops/s of the first / ops/s of the second);
+    /// the two ran back to back in each round.
     pub value: f64,
 }
 
@@ -197,7 +200,8 @@ pub fn print_header(r: &Report) {
         );
     }
     println!(
-        "# each figure: median of {} runs of {:.2} s; ops/s summed over threads",
+        "# each figure: median of {} runs of {:.2} s; ops/s summed over threads; \
+         ratios and ×1 thr: median of the per-round ratios (implementations interleaved)",
         r.runs, r.seconds
     );
 }

@@ -12,6 +12,12 @@
 //! // In the module's cdylib crate:
 //! opencf_abi::pkcs11_module!(crate::SoftToken);
 //! ```
+//!
+//! The other direction, calling a PKCS#11 module that was loaded at run time, is
+//! [`provider::Provider`]: the same safe types ([`Mechanism`], [`Attribute`], [`OutBuf`], …)
+//! turned back into C structures, with methods named as the [`Backend`] methods so a
+//! framework can forward calls one to one. [`os`] holds the few operating-system queries
+//! other crates need (process CPU time), so they too can forbid `unsafe`.
 
 #![warn(missing_docs, unsafe_op_in_unsafe_fn)]
 
@@ -22,8 +28,11 @@ mod convert;
 #[doc(hidden)]
 pub mod export;
 pub mod instance;
+pub mod os;
 pub mod ossl;
 mod params;
+mod params_out;
+pub mod provider;
 #[doc(hidden)]
 pub mod tables;
 pub mod types;

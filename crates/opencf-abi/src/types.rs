@@ -369,6 +369,14 @@ impl<'a> OutBuf<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// The caller's buffer as a C pointer and capacity (NULL and 0 for a size query), to hand
+    /// straight to a loaded module ([`crate::provider::Provider`]).
+    pub(crate) fn as_raw(&mut self) -> (*mut u8, usize) {
+        match self.buf.as_deref_mut() {
+            None => (std::ptr::null_mut(), 0),
+            Some(b) => (b.as_mut_ptr(), b.len()),
+        }
+    }
 }
 
 /// What `C_Initialize` was given, validated by the ABI layer.

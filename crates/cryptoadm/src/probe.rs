@@ -1,0 +1,299 @@
+//! Loads provider modules and collects what `list -m`, `list -v` and `refresh` show.
+// CK_ULONG is u64 here but u32 on some targets: the u64::from conversions are for those.
+#![allow(clippy::useless_conversion)]
+
+use std::path::Path;
+
+use opencf_abi::provider::Provider;
+use opencf_abi::sys::{self, CK_FLAGS, CK_MECHANISM_TYPE, CK_RV, CK_VERSION};
+use opencf_config::{mechanism_name, ProviderConfig};
+use serde::Serialize;
+
+use crate::rv_names::RV_NAMES;
+
+pub fn rv_name(rv: CK_RV) -> String {
+    RV_NAMES
+        .iter()
+        .find(|&&(_, v)| v == rv)
+        .map(|&(n, _)| n.to_string())
+        .unwrap_or_else(|| format!("{rv:#x}"))
+}
+
+#[derive(Serialize, Debug)]
+pub struct LibInfo {
+    pub cryptoki_version: String,
+    pub manufacturer: String,
+    pub description: String,
+    pub library_version: String,
+}
+
+#[derive(Serialize, Debug)]
+pub struct TokenReport {
+    pub label: String,
+    pub manufacturer: String,
+    pub model: String,
+    pub serial: String,
+    pub flags: Vec<String>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct MechReport {
+    pub name: String,
+    pub value: CK_MECHANISM_TYPE,
+    /// False when the provider's policy in the config disables it.
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_bytes: Option<u64>,
+    pub min_key_size: Option<u64>,
+    pub max_key_size: Option<u64>,
+    pub flags: Vec<String>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct SlotReport {
+    pub id: u64,
+    pub description: String,
+    pub manufacturer: String,
+    pub flags: Vec<String>,
+    pub token: Option<TokenReport>,
+    pub mechanisms: Vec<MechReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ProviderReport {
+    pub name: String,
+    pub module: String,
+    pub path: String,
+    pub info: Option<LibInfo>,
+    pub slots: Vec<SlotReport>,
+    /// Problems met while loading or querying the module; empty when all went well.
+    pub errors: Vec<String>,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b)
+        .trim_end_matches([' ', '\0'])
+        .to_string()
+}
+
+fn version(v: CK_VERSION) -> String {
+    format!("{}.{}", v.major, v.minor)
+}
+
+fn flag_names(flags: CK_FLAGS, table: &[(CK_FLAGS, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = flags;
+    for &(bit, name) in table {
+        if flags & bit != 0 {
+            out.push(name.to_string());
+            rest &= !bit;
+        }
+    }
+    if rest != 0 {
+        out.push(format!("{rest:#x}"));
+    }
+    out
+}
+
+const SLOT_FLAGS: &[(CK_FLAGS, &str)] = &[
+    (sys::CKF_TOKEN_PRESENT, "TOKEN_PRESENT"),
+    (sys::CKF_REMOVABLE_DEVICE, "REMOVABLE_DEVICE"),
+    (sys::CKF_HW_SLOT, "HW_SLOT"),
+];
+
+const TOKEN_FLAGS: &[(CK_FLAGS, &str)] = &[
+    (sys::CKF_RNG, "RNG"),
+    (sys::CKF_WRITE_PROTECTED, "WRITE_PROTECTED"),
+    (sys::CKF_LOGIN_REQUIRED, "LOGIN_REQUIRED"),
+    (sys::CKF_USER_PIN_INITIALIZED, "USER_PIN_INITIALIZED"),
+    (sys::CKF_RESTORE_KEY_NOT_NEEDED, "RESTORE_KEY_NOT_NEEDED"),
+    (sys::CKF_CLOCK_ON_TOKEN, "CLOCK_ON_TOKEN"),
+    (
+        sys::CKF_PROTECTED_AUTHENTICATION_PATH,
+        "PROTECTED_AUTHENTICATION_PATH",
+    ),
+    (sys::CKF_DUAL_CRYPTO_OPERATIONS, "DUAL_CRYPTO_OPERATIONS"),
+    (sys::CKF_TOKEN_INITIALIZED, "TOKEN_INITIALIZED"),
+    (
+        sys::CKF_SECONDARY_AUTHENTICATION,
+        "SECONDARY_AUTHENTICATION",
+    ),
+    (sys::CKF_USER_PIN_COUNT_LOW, "USER_PIN_COUNT_LOW"),
+    (sys::CKF_USER_PIN_FINAL_TRY, "USER_PIN_FINAL_TRY"),
+    (sys::CKF_USER_PIN_LOCKED, "USER_PIN_LOCKED"),
+    (sys::CKF_USER_PIN_TO_BE_CHANGED, "USER_PIN_TO_BE_CHANGED"),
+    (sys::CKF_SO_PIN_COUNT_LOW, "SO_PIN_COUNT_LOW"),
+    (sys::CKF_SO_PIN_FINAL_TRY, "SO_PIN_FINAL_TRY"),
+    (sys::CKF_SO_PIN_LOCKED, "SO_PIN_LOCKED"),
+    (sys::CKF_SO_PIN_TO_BE_CHANGED, "SO_PIN_TO_BE_CHANGED"),
+    (sys::CKF_ERROR_STATE, "ERROR_STATE"),
+];
+
+const MECH_FLAGS: &[(CK_FLAGS, &str)] = &[
+    (0x1, "HW"),
+    (0x2, "MESSAGE_ENCRYPT"),
+    (0x4, "MESSAGE_DECRYPT"),
+    (0x8, "MESSAGE_SIGN"),
+    (0x10, "MESSAGE_VERIFY"),
+    (0x20, "MULTI_MESSAGE"),
+    (0x40, "FIND_OBJECTS"),
+    (0x100, "ENCRYPT"),
+    (0x200, "DECRYPT"),
+    (0x400, "DIGEST"),
+    (0x800, "SIGN"),
+    (0x1000, "SIGN_RECOVER"),
+    (0x2000, "VERIFY"),
+    (0x4000, "VERIFY_RECOVER"),
+    (0x8000, "GENERATE"),
+    (0x10000, "GENERATE_KEY_PAIR"),
+    (0x20000, "WRAP"),
+    (0x40000, "UNWRAP"),
+    (0x80000, "DERIVE"),
+    (0x100000, "EC_F_P"),
+    (0x200000, "EC_F_2M"),
+    (0x400000, "EC_ECPARAMETERS"),
+    (0x800000, "EC_OID"),
+    (0x1000000, "EC_UNCOMPRESS"),
+    (0x2000000, "EC_COMPRESS"),
+    (0x4000000, "EC_CURVENAME"),
+    (0x10000000, "ENCAPSULATE"),
+    (0x20000000, "DECAPSULATE"),
+    (0x80000000, "EXTENSION"),
+];
+
+/// Loads `path`, runs C_Initialize and C_GetInfo, optionally walks every slot (token info,
+/// mechanism list and info), then C_Finalize. Problems are collected in `errors`.
+pub fn probe(cfg: &ProviderConfig, path: &Path, walk_slots: bool) -> ProviderReport {
+    let mut rep = ProviderReport {
+        name: cfg.name.clone(),
+        module: cfg.module.clone(),
+        path: path.display().to_string(),
+        info: None,
+        slots: Vec::new(),
+        errors: Vec::new(),
+    };
+    if !path.exists() {
+        rep.errors
+            .push(format!("module {} does not exist", path.display()));
+        return rep;
+    }
+    let prov = match Provider::load(path) {
+        Ok(p) => p,
+        Err(e) => {
+            rep.errors
+                .push(format!("cannot load {}: {e}", path.display()));
+            return rep;
+        }
+    };
+    if let Err(rv) = prov.initialize() {
+        rep.errors
+            .push(format!("C_Initialize failed: {}", rv_name(rv)));
+        return rep;
+    }
+    match prov.get_info() {
+        Ok(i) => {
+            rep.info = Some(LibInfo {
+                cryptoki_version: version(i.cryptokiVersion),
+                manufacturer: text(&i.manufacturerID),
+                description: text(&i.libraryDescription),
+                library_version: version(i.libraryVersion),
+            })
+        }
+        Err(rv) => rep
+            .errors
+            .push(format!("C_GetInfo failed: {}", rv_name(rv))),
+    }
+    if walk_slots {
+        match prov.get_slot_list(false) {
+            Ok(slots) => {
+                for slot in slots {
+                    rep.slots.push(probe_slot(&prov, cfg, slot));
+                }
+            }
+            Err(rv) => rep
+                .errors
+                .push(format!("C_GetSlotList failed: {}", rv_name(rv))),
+        }
+    }
+    if let Err(rv) = prov.finalize() {
+        rep.errors
+            .push(format!("C_Finalize failed: {}", rv_name(rv)));
+    }
+    rep
+}
+
+fn probe_slot(prov: &Provider, cfg: &ProviderConfig, slot: sys::CK_SLOT_ID) -> SlotReport {
+    let mut s = SlotReport {
+        id: u64::from(slot),
+        description: String::new(),
+        manufacturer: String::new(),
+        flags: Vec::new(),
+        token: None,
+        mechanisms: Vec::new(),
+        errors: Vec::new(),
+    };
+    let mut present = true;
+    match prov.get_slot_info(slot) {
+        Ok(i) => {
+            s.description = text(&i.slotDescription);
+            s.manufacturer = text(&i.manufacturerID);
+            s.flags = flag_names(i.flags, SLOT_FLAGS);
+            present = i.flags & sys::CKF_TOKEN_PRESENT != 0;
+        }
+        Err(rv) => s
+            .errors
+            .push(format!("C_GetSlotInfo failed: {}", rv_name(rv))),
+    }
+    if present {
+        match prov.get_token_info(slot) {
+            Ok(t) => {
+                s.token = Some(TokenReport {
+                    label: text(&t.label),
+                    manufacturer: text(&t.manufacturerID),
+                    model: text(&t.model),
+                    serial: text(&t.serialNumber),
+                    flags: flag_names(t.flags, TOKEN_FLAGS),
+                })
+            }
+            Err(rv) => s
+                .errors
+                .push(format!("C_GetTokenInfo failed: {}", rv_name(rv))),
+        }
+    }
+    match prov.get_mechanism_list(slot) {
+        Ok(list) => {
+            for m in list {
+                let (min, max, flags) = match prov.get_mechanism_info(slot, m) {
+                    Ok(i) => (
+                        Some(u64::from(i.ulMinKeySize)),
+                        Some(u64::from(i.ulMaxKeySize)),
+                        flag_names(i.flags, MECH_FLAGS),
+                    ),
+                    Err(rv) => {
+                        s.errors.push(format!(
+                            "C_GetMechanismInfo({}) failed: {}",
+                            mechanism_name(m),
+                            rv_name(rv)
+                        ));
+                        (None, None, Vec::new())
+                    }
+                };
+                s.mechanisms.push(MechReport {
+                    name: mechanism_name(m),
+                    value: m,
+                    enabled: cfg.allows(m),
+                    min_bytes: cfg.min_bytes(m),
+                    min_key_size: min,
+                    max_key_size: max,
+                    flags,
+                });
+            }
+        }
+        Err(rv) => s
+            .errors
+            .push(format!("C_GetMechanismList failed: {}", rv_name(rv))),
+    }
+    s
+}

@@ -1,0 +1,730 @@
+//! The OpenCF framework configuration (`opencf.toml`).
+//!
+//! ```toml
+//! [metaslot]
+//! enabled = true
+//! keystore = "OpenCF Softtoken"      # token label
+//! auto_key_migrate = true
+//!
+//! [[provider]]                       # order = preference
+//! name = "accel"
+//! module = "libopencf_accel.so"      # bare name: looked up beside libopencf.so
+//! [provider.policy.CKM_AES_GCM]
+//! min_bytes = 4096
+//!
+//! [[provider]]
+//! name = "softhsm"
+//! module = "/usr/lib/softhsm/libsofthsm2.so"
+//! disabled = ["CKM_RSA_PKCS_KEY_PAIR_GEN"]
+//! random = false
+//! ```
+//!
+//! [`load`] finds the file (search order below), parses and validates it and applies the
+//! environment overrides. [`load_from`] parses one file without overrides (what an editor such
+//! as cryptoadm uses), [`save`] and [`update`] write it back atomically under a lock.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use opencf_abi::sys::CK_MECHANISM_TYPE;
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+mod names;
+pub use names::MECHANISMS;
+
+/// Default label of the token that keeps the metaslot's token objects.
+pub const DEFAULT_KEYSTORE: &str = "OpenCF Softtoken";
+/// Module file name of the accelerator provider (used by the built-in default when present).
+pub const ACCEL_MODULE: &str = "libopencf_accel.so";
+/// Module file name of the softtoken provider.
+pub const SOFTTOKEN_MODULE: &str = "libopencf_softtoken.so";
+/// System-wide configuration file.
+pub const SYSTEM_CONFIG_PATH: &str = "/etc/opencf/opencf.toml";
+
+/// Environment variables read by [`load`].
+pub const ENV_CONF: &str = "OPENCF_CONF";
+pub const ENV_METASLOT_ENABLED: &str = "OPENCF_METASLOT_ENABLED";
+pub const ENV_METASLOT_KEYSTORE: &str = "OPENCF_METASLOT_KEYSTORE";
+
+// ---------------------------------------------------------------------------------------------
+// Public model
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub metaslot: MetaslotConfig,
+    /// In order of preference.
+    pub providers: Vec<ProviderConfig>,
+    pub source: Source,
+}
+
+/// Where a [`Config`] came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    BuiltIn,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::BuiltIn => f.write_str("built-in default"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaslotConfig {
+    /// Default true.
+    pub enabled: bool,
+    /// Label of the keystore token; default "OpenCF Softtoken".
+    pub keystore: String,
+    /// Default true.
+    pub auto_key_migrate: bool,
+}
+
+impl Default for MetaslotConfig {
+    fn default() -> Self {
+        MetaslotConfig {
+            enabled: true,
+            keystore: DEFAULT_KEYSTORE.to_string(),
+            auto_key_migrate: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    pub name: String,
+    /// As written in the file; see [`resolve_module`].
+    pub module: String,
+    /// TOML `enabled = [...]`: when present, only these mechanisms are used.
+    pub enabled_mechanisms: Option<Vec<CK_MECHANISM_TYPE>>,
+    /// TOML `disabled = [...]`.
+    pub disabled_mechanisms: Vec<CK_MECHANISM_TYPE>,
+    /// Whether the provider serves `C_GenerateRandom`/`C_SeedRandom` for the metaslot; default true.
+    pub random: bool,
+    /// `[provider.policy.CKM_X]` tables.
+    pub policy: BTreeMap<CK_MECHANISM_TYPE, MechPolicy>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MechPolicy {
+    /// Single-part operations on less data than this go to the next candidate provider.
+    pub min_bytes: Option<u64>,
+}
+
+impl ProviderConfig {
+    /// A provider with everything enabled and no policy.
+    pub fn new(name: impl Into<String>, module: impl Into<String>) -> Self {
+        ProviderConfig {
+            name: name.into(),
+            module: module.into(),
+            enabled_mechanisms: None,
+            disabled_mechanisms: Vec::new(),
+            random: true,
+            policy: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the metaslot may use mechanism `m` of this provider.
+    pub fn allows(&self, m: CK_MECHANISM_TYPE) -> bool {
+        if let Some(only) = &self.enabled_mechanisms {
+            if !only.contains(&m) {
+                return false;
+            }
+        }
+        !self.disabled_mechanisms.contains(&m)
+    }
+
+    /// The `min_bytes` threshold for mechanism `m`, if any.
+    pub fn min_bytes(&self, m: CK_MECHANISM_TYPE) -> Option<u64> {
+        self.policy.get(&m).and_then(|p| p.min_bytes)
+    }
+
+    /// True when no mechanism at all is allowed (`enabled = []`).
+    pub fn all_disabled(&self) -> bool {
+        matches!(&self.enabled_mechanisms, Some(v) if v.iter().all(|m| self.disabled_mechanisms.contains(m)))
+    }
+
+    /// True when no mechanism restriction is configured.
+    pub fn all_enabled(&self) -> bool {
+        self.enabled_mechanisms.is_none() && self.disabled_mechanisms.is_empty()
+    }
+}
+
+/// A configuration problem, naming the file and line where known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: Option<PathBuf>,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(file: Option<&Path>, line: Option<usize>, message: impl Into<String>) -> Self {
+        ConfigError {
+            file: file.map(Path::to_path_buf),
+            line,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, "{}:{}: {}", file.display(), line, self.message),
+            (Some(file), None) => write!(f, "{}: {}", file.display(), self.message),
+            (None, Some(line)) => write!(f, "line {}: {}", line, self.message),
+            (None, None) => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---------------------------------------------------------------------------------------------
+// Mechanism names
+// ---------------------------------------------------------------------------------------------
+
+/// Names preferred over their aliases when a value has several (current PKCS#11 spelling).
+const PREFERRED: &[&str] = &[
+    "CKM_EC_KEY_PAIR_GEN",
+    "CKM_DSA_PROBABILISTIC_PARAMETER_GEN",
+    "CKM_SHA3_224_KEY_DERIVE",
+    "CKM_SHA3_256_KEY_DERIVE",
+    "CKM_SHA3_384_KEY_DERIVE",
+    "CKM_SHA3_512_KEY_DERIVE",
+    "CKM_SHAKE_128_KEY_DERIVE",
+    "CKM_SHAKE_256_KEY_DERIVE",
+];
+
+fn by_name() -> &'static HashMap<&'static str, CK_MECHANISM_TYPE> {
+    static MAP: OnceLock<HashMap<&'static str, CK_MECHANISM_TYPE>> = OnceLock::new();
+    MAP.get_or_init(|| MECHANISMS.iter().copied().collect())
+}
+
+fn by_value() -> &'static HashMap<CK_MECHANISM_TYPE, &'static str> {
+    static MAP: OnceLock<HashMap<CK_MECHANISM_TYPE, &'static str>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut m = HashMap::new();
+        for &(name, value) in MECHANISMS {
+            m.entry(value).or_insert(name);
+        }
+        for &name in PREFERRED {
+            if let Some(&v) = by_name().get(name) {
+                m.insert(v, name);
+            }
+        }
+        m
+    })
+}
+
+/// "CKM_AES_GCM" → its value; also accepts numbers ("0x1087", "4231").
+pub fn mechanism_from_name(name: &str) -> Option<CK_MECHANISM_TYPE> {
+    let name = name.trim();
+    if let Some(&v) = by_name().get(name) {
+        return Some(v);
+    }
+    if let Some(hex) = name.strip_prefix("0x").or_else(|| name.strip_prefix("0X")) {
+        return CK_MECHANISM_TYPE::from_str_radix(hex, 16).ok();
+    }
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+        return name.parse().ok();
+    }
+    None
+}
+
+/// Value → "CKM_AES_GCM", or "0x…" for values without a name (vendor mechanisms).
+pub fn mechanism_name(m: CK_MECHANISM_TYPE) -> String {
+    match by_value().get(&m) {
+        Some(n) => (*n).to_string(),
+        None => format!("{m:#x}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths and defaults
+// ---------------------------------------------------------------------------------------------
+
+/// A bare file name is looked up in `lib_dir` (beside libopencf.so); anything else is used as given.
+pub fn resolve_module(module: &str, lib_dir: &Path) -> PathBuf {
+    let p = Path::new(module);
+    if p.components().count() == 1 && !p.is_absolute() && !module.contains('/') {
+        lib_dir.join(p)
+    } else {
+        p.to_path_buf()
+    }
+}
+
+/// `$XDG_CONFIG_HOME/opencf/opencf.toml`, with `$HOME/.config` when XDG_CONFIG_HOME is unset
+/// or empty. None when neither is set.
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME") {
+        Some(x) if !x.is_empty() && Path::new(&x).is_absolute() => PathBuf::from(x),
+        _ => {
+            let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+            PathBuf::from(home).join(".config")
+        }
+    };
+    Some(base.join("opencf").join("opencf.toml"))
+}
+
+/// Built-in default with modules looked up in `lib_dir`: "accel" (only if
+/// `libopencf_accel.so` exists there), then "softtoken".
+pub fn default_config_in(lib_dir: &Path) -> Config {
+    let mut providers = Vec::new();
+    if lib_dir.join(ACCEL_MODULE).exists() {
+        providers.push(ProviderConfig::new("accel", ACCEL_MODULE));
+    }
+    providers.push(ProviderConfig::new("softtoken", SOFTTOKEN_MODULE));
+    Config {
+        metaslot: MetaslotConfig::default(),
+        providers,
+        source: Source::BuiltIn,
+    }
+}
+
+/// The config file [`load`] would read (None: the built-in default), without reading it.
+pub fn find_config_file() -> Option<PathBuf> {
+    find_config_file_with(Path::new(SYSTEM_CONFIG_PATH))
+}
+
+fn find_config_file_with(system: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(ENV_CONF).filter(|p| !p.is_empty()) {
+        // Named explicitly: used even if missing, so that the error names it.
+        return Some(PathBuf::from(p));
+    }
+    if let Some(user) = user_config_path() {
+        if user.exists() {
+            return Some(user);
+        }
+    }
+    if system.exists() {
+        return Some(system.to_path_buf());
+    }
+    None
+}
+
+/// Finds, parses and validates the configuration, then applies the environment overrides.
+///
+/// Search order: `$OPENCF_CONF` (must exist), `$XDG_CONFIG_HOME/opencf/opencf.toml`
+/// (`~/.config` by default), `/etc/opencf/opencf.toml`, the built-in default
+/// ([`default_config_in`]`(lib_dir)`). Overrides: `OPENCF_METASLOT_ENABLED`
+/// (true/false/1/0/yes/no) and `OPENCF_METASLOT_KEYSTORE`. A file that exists but cannot be
+/// parsed is an error; there is no silent fallback.
+pub fn load(lib_dir: &Path) -> Result<Config, ConfigError> {
+    load_with(lib_dir, Path::new(SYSTEM_CONFIG_PATH))
+}
+
+fn load_with(lib_dir: &Path, system: &Path) -> Result<Config, ConfigError> {
+    let mut cfg = match find_config_file_with(system) {
+        Some(p) => load_from(&p)?,
+        None => default_config_in(lib_dir),
+    };
+    apply_env_overrides(&mut cfg)?;
+    Ok(cfg)
+}
+
+/// Applies `OPENCF_METASLOT_ENABLED` and `OPENCF_METASLOT_KEYSTORE` (done by [`load`]).
+pub fn apply_env_overrides(cfg: &mut Config) -> Result<(), ConfigError> {
+    if let Some(v) = std::env::var_os(ENV_METASLOT_ENABLED) {
+        let s = v.to_string_lossy();
+        cfg.metaslot.enabled = parse_bool(&s).ok_or_else(|| {
+            ConfigError::new(
+                None,
+                None,
+                format!("{ENV_METASLOT_ENABLED}: invalid value \"{s}\" (expected true, false, 1, 0, yes or no)"),
+            )
+        })?;
+    }
+    if let Some(v) = std::env::var_os(ENV_METASLOT_KEYSTORE) {
+        let s = v.to_string_lossy().into_owned();
+        if s.is_empty() {
+            return Err(ConfigError::new(
+                None,
+                None,
+                format!("{ENV_METASLOT_KEYSTORE}: empty token label"),
+            ));
+        }
+        cfg.metaslot.keystore = s;
+    }
+    Ok(())
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    metaslot: Option<RawMetaslot>,
+    #[serde(default)]
+    provider: Vec<Spanned<RawProvider>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetaslot {
+    enabled: Option<bool>,
+    keystore: Option<Spanned<String>>,
+    auto_key_migrate: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    name: Option<Spanned<String>>,
+    module: Option<Spanned<String>>,
+    enabled: Option<Vec<Spanned<String>>>,
+    disabled: Option<Vec<Spanned<String>>>,
+    random: Option<bool>,
+    policy: Option<BTreeMap<Spanned<String>, Spanned<RawPolicy>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    min_bytes: Option<u64>,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    let offset = offset.min(text.len());
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Reads and validates one file. Environment overrides are not applied.
+pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(Some(path), None, format!("cannot read: {e}")))?;
+    parse_str(&text, Some(path))
+}
+
+/// Parses and validates TOML text; `file` is used in errors and as the [`Source`].
+pub fn parse_str(text: &str, file: Option<&Path>) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| line_of(text, s.start));
+        ConfigError::new(file, line, e.message().trim_end().replace('\n', "; "))
+    })?;
+    let err = |span: std::ops::Range<usize>, msg: String| {
+        ConfigError::new(file, Some(line_of(text, span.start)), msg)
+    };
+
+    let metaslot = match raw.metaslot {
+        None => MetaslotConfig::default(),
+        Some(m) => {
+            let keystore = match m.keystore {
+                None => DEFAULT_KEYSTORE.to_string(),
+                Some(k) if k.get_ref().trim().is_empty() => {
+                    return Err(err(k.span(), "metaslot.keystore: empty token label".into()))
+                }
+                Some(k) => k.into_inner(),
+            };
+            MetaslotConfig {
+                enabled: m.enabled.unwrap_or(true),
+                keystore,
+                auto_key_migrate: m.auto_key_migrate.unwrap_or(true),
+            }
+        }
+    };
+
+    let mechs =
+        |list: Vec<Spanned<String>>, key: &str| -> Result<Vec<CK_MECHANISM_TYPE>, ConfigError> {
+            let mut out = Vec::with_capacity(list.len());
+            for s in list {
+                match mechanism_from_name(s.get_ref()) {
+                    Some(m) => {
+                        if !out.contains(&m) {
+                            out.push(m)
+                        }
+                    }
+                    None => {
+                        return Err(err(
+                            s.span(),
+                            format!("{key}: unknown mechanism \"{}\"", s.get_ref()),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        };
+
+    let mut providers: Vec<ProviderConfig> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for p in raw.provider {
+        let pspan = p.span();
+        let p = p.into_inner();
+        let name = match p.name {
+            None => return Err(err(pspan, "provider: missing \"name\"".into())),
+            Some(n) if n.get_ref().trim().is_empty() => {
+                return Err(err(n.span(), "provider: empty name".into()))
+            }
+            Some(n) => n,
+        };
+        let line = line_of(text, name.span().start);
+        if let Some(first) = seen.get(name.get_ref()) {
+            return Err(err(
+                name.span(),
+                format!(
+                    "duplicate provider name \"{}\" (first defined at line {first})",
+                    name.get_ref()
+                ),
+            ));
+        }
+        seen.insert(name.get_ref().clone(), line);
+        let pname = name.into_inner();
+        let module = match p.module {
+            None => {
+                return Err(err(
+                    pspan,
+                    format!("provider \"{pname}\": missing \"module\""),
+                ))
+            }
+            Some(m) if m.get_ref().trim().is_empty() => {
+                return Err(err(m.span(), format!("provider \"{pname}\": empty module")))
+            }
+            Some(m) => m.into_inner(),
+        };
+        let enabled_mechanisms = match p.enabled {
+            None => None,
+            Some(l) => Some(mechs(l, &format!("provider \"{pname}\": enabled"))?),
+        };
+        let disabled_mechanisms = mechs(
+            p.disabled.unwrap_or_default(),
+            &format!("provider \"{pname}\": disabled"),
+        )?;
+        let mut policy = BTreeMap::new();
+        for (k, v) in p.policy.unwrap_or_default() {
+            let m = mechanism_from_name(k.get_ref()).ok_or_else(|| {
+                err(
+                    k.span(),
+                    format!(
+                        "provider \"{pname}\": policy: unknown mechanism \"{}\"",
+                        k.get_ref()
+                    ),
+                )
+            })?;
+            if policy
+                .insert(
+                    m,
+                    MechPolicy {
+                        min_bytes: v.get_ref().min_bytes,
+                    },
+                )
+                .is_some()
+            {
+                return Err(err(
+                    k.span(),
+                    format!(
+                        "provider \"{pname}\": policy for {} given twice",
+                        mechanism_name(m)
+                    ),
+                ));
+            }
+        }
+        providers.push(ProviderConfig {
+            name: pname,
+            module,
+            enabled_mechanisms,
+            disabled_mechanisms,
+            random: p.random.unwrap_or(true),
+            policy,
+        });
+    }
+
+    Ok(Config {
+        metaslot,
+        providers,
+        source: match file {
+            Some(f) => Source::File(f.to_path_buf()),
+            None => Source::BuiltIn,
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Serialize)]
+struct OutConfig {
+    metaslot: OutMetaslot,
+    provider: Vec<OutProvider>,
+}
+
+#[derive(Serialize)]
+struct OutMetaslot {
+    enabled: bool,
+    keystore: String,
+    auto_key_migrate: bool,
+}
+
+#[derive(Serialize)]
+struct OutProvider {
+    name: String,
+    module: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enabled: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    disabled: Vec<String>,
+    random: bool,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    policy: BTreeMap<String, OutPolicy>,
+}
+
+#[derive(Serialize)]
+struct OutPolicy {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_bytes: Option<u64>,
+}
+
+/// The config as TOML text (what [`save`] writes).
+pub fn to_toml_string(cfg: &Config) -> String {
+    let names = |v: &[CK_MECHANISM_TYPE]| v.iter().map(|&m| mechanism_name(m)).collect::<Vec<_>>();
+    let out = OutConfig {
+        metaslot: OutMetaslot {
+            enabled: cfg.metaslot.enabled,
+            keystore: cfg.metaslot.keystore.clone(),
+            auto_key_migrate: cfg.metaslot.auto_key_migrate,
+        },
+        provider: cfg
+            .providers
+            .iter()
+            .map(|p| OutProvider {
+                name: p.name.clone(),
+                module: p.module.clone(),
+                enabled: p.enabled_mechanisms.as_deref().map(names),
+                disabled: names(&p.disabled_mechanisms),
+                random: p.random,
+                policy: p
+                    .policy
+                    .iter()
+                    .map(|(&m, pol)| {
+                        (
+                            mechanism_name(m),
+                            OutPolicy {
+                                min_bytes: pol.min_bytes,
+                            },
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let body = toml::to_string(&out).expect("config serializes to TOML");
+    format!("# OpenCF configuration; edit with cryptoadm(1) or by hand.\n# Providers are listed in order of preference.\n\n{body}")
+}
+
+/// An exclusive lock on `path` + ".lock" (flock), held until dropped.
+pub struct ConfigLock {
+    _file: File,
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+/// Takes the exclusive writer lock of `path` (creating its directory if needed).
+pub fn lock(path: &Path) -> Result<ConfigLock, ConfigError> {
+    let ioerr =
+        |what: &str, e: io::Error| ConfigError::new(Some(path), None, format!("{what}: {e}"));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(|e| ioerr("cannot create directory", e))?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))
+        .map_err(|e| ioerr("cannot open lock file", e))?;
+    file.lock().map_err(|e| ioerr("cannot lock", e))?;
+    Ok(ConfigLock { _file: file })
+}
+
+fn write_atomic(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let ioerr =
+        |what: &str, e: io::Error| ConfigError::new(Some(path), None, format!("{what}: {e}"));
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let fname = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "opencf.toml".into());
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{fname}.tmp.{}.{n}", std::process::id()));
+    let text = to_toml_string(cfg);
+    let result = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        if let Ok(meta) = fs::metadata(path) {
+            let _ = f.set_permissions(meta.permissions());
+        }
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)?;
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    result.map_err(|e: io::Error| {
+        let _ = fs::remove_file(&tmp);
+        ioerr("cannot write", e)
+    })
+}
+
+/// Writes `cfg` to `path` as TOML, atomically (temp file in the same directory, fsync,
+/// rename) under the lock of [`lock`].
+pub fn save(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
+    let _lock = lock(path)?;
+    write_atomic(cfg, path)
+}
+
+/// Read-modify-write under the lock: loads `path` (or the built-in default for `lib_dir` when
+/// it does not exist yet), runs `f`, and saves the result if `f` succeeds.
+pub fn update<T, E: From<ConfigError>>(
+    path: &Path,
+    lib_dir: &Path,
+    f: impl FnOnce(&mut Config) -> Result<T, E>,
+) -> Result<T, E> {
+    let _lock = lock(path)?;
+    let mut cfg = if path.exists() {
+        load_from(path)?
+    } else {
+        default_config_in(lib_dir)
+    };
+    let out = f(&mut cfg)?;
+    cfg.source = Source::File(path.to_path_buf());
+    write_atomic(&cfg, path)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

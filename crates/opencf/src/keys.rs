@@ -1,0 +1,115 @@
+//! Key management: `C_GenerateKey`, `C_GenerateKeyPair`, `C_WrapKey`, `C_UnwrapKey`,
+//! `C_DeriveKey`, `C_EncapsulateKey`, `C_DecapsulateKey`.
+//!
+//! On the metaslot these run in the keystore token, where every metaslot object lives (this
+//! first version does not route them: their results must be stored in the keystore).
+
+use crate::{dispatch, OpenCf};
+use opencf_abi::sys::*;
+use opencf_abi::*;
+
+impl OpenCf {
+    /// `C_GenerateKey`.
+    pub fn generate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.generate_key(h, mech, t)
+    }
+    /// `C_GenerateKeyPair`.
+    pub fn generate_key_pair(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        pt: &[Attribute],
+        qt: &[Attribute],
+    ) -> CkResult<(CK_OBJECT_HANDLE, CK_OBJECT_HANDLE)> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.generate_key_pair(h, mech, pt, qt)
+    }
+    /// `C_WrapKey`.
+    pub fn wrap_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        w: CK_OBJECT_HANDLE,
+        k: CK_OBJECT_HANDLE,
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.wrap_key(h, mech, w, k, o)
+    }
+    /// `C_UnwrapKey`.
+    pub fn unwrap_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        u: CK_OBJECT_HANDLE,
+        wrapped: &[u8],
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.unwrap_key(h, mech, u, wrapped, t)
+    }
+    /// `C_DeriveKey`.
+    pub fn derive_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        b: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.derive_key(h, mech, b, t)
+    }
+    /// `C_EncapsulateKey`.
+    pub fn encapsulate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+        ct: &mut OutBuf,
+    ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.encapsulate_key(h, mech, k, t, ct)
+    }
+    /// `C_DecapsulateKey`.
+    pub fn decapsulate_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+        ct: &[u8],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        let (p, h) = self.routed_keystore(s, mech)?;
+        p.decapsulate_key(h, mech, k, t, ct)
+    }
+
+    /// The provider session for a key-management call: the pass-through session (after the
+    /// policy check), or the metaslot session's keystore session.
+    fn routed_keystore(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+    ) -> CkResult<(&crate::providers::Provider, CK_SESSION_HANDLE)> {
+        dispatch!(
+            self,
+            s,
+            |p, h, c| {
+                crate::crypt::allowed(c, mech)?;
+                Ok((p, h))
+            },
+            |m| {
+                if !self.meta()?.mechs.contains_key(&mech.mechanism) {
+                    return Err(CKR_MECHANISM_INVALID);
+                }
+                self.ks_of(m)
+            }
+        )
+    }
+}

@@ -1,0 +1,211 @@
+//! The OpenCF framework, `libopencf.so`: the one PKCS#11 module applications load.
+//!
+//! It reads the configuration (`opencf_config`), loads every provider listed there (any
+//! PKCS#11 module, through `opencf_abi::provider::Provider`), and offers:
+//!
+//! - slot 0, the **metaslot** (token label "OpenCF Metaslot"), which routes each operation to
+//!   the first provider, in config order, that supports the mechanism and whose init succeeds
+//!   (see [`route`] and [`metaslot`]);
+//! - then every provider's own slots, with framework slot IDs 1, 2, 3, … in config order. These
+//!   slots are pass-through: a framework session handle maps to (provider, provider session),
+//!   object handles are the provider's own.
+//!
+//! The code is split by PKCS#11 function group as in the softtoken: [`general`], [`slot`],
+//! [`session`], [`object`], [`crypt`], [`digest`], [`sign`], [`keys`], [`random`]; plus
+//! [`providers`] (loading), [`route`] (candidate selection, key clones) and [`metaslot`]
+//! (the metaslot's session state).
+//!
+//! First-version rules of the metaslot, where the design leaves room:
+//! - every object made through slot 0 (token and session objects alike) lives in the keystore
+//!   token, and a metaslot object handle *is* the keystore's object handle; only the clones of
+//!   keys in other providers get separate bookkeeping ([`route::CloneCache`]);
+//! - key generation, derivation, wrapping, unwrapping and encapsulation run in the keystore
+//!   (their results must be stored there);
+//! - `C_FindObjects` searches the keystore only (clones are internal session objects of the
+//!   other providers and never visible through slot 0).
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod crypt;
+pub mod digest;
+pub mod general;
+pub mod keys;
+pub mod metaslot;
+pub mod object;
+pub mod providers;
+pub mod random;
+pub mod route;
+pub mod session;
+pub mod sign;
+pub mod slot;
+
+use metaslot::MetaSession;
+use opencf_abi::sys::*;
+use opencf_abi::*;
+use providers::Prov;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// The framework slot ID of the metaslot.
+pub const METASLOT_ID: CK_SLOT_ID = 0;
+
+/// A framework session.
+pub enum Sess {
+    /// A session on a provider's own slot: calls pass through.
+    Pass {
+        /// Framework slot ID.
+        slot: CK_SLOT_ID,
+        /// Index into [`OpenCf::providers`].
+        prov: usize,
+        /// The provider's session handle.
+        h: CK_SESSION_HANDLE,
+    },
+    /// A metaslot session.
+    Meta(Box<Mutex<MetaSession>>),
+}
+
+const SHARDS: usize = 64;
+
+/// Framework sessions in sharded maps: a thread working on its own session takes only a shard's
+/// read lock.
+pub struct Sessions {
+    shards: Vec<RwLock<HashMap<CK_SESSION_HANDLE, Arc<Sess>>>>,
+    next: AtomicU64,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Sessions {
+    fn shard(&self, h: CK_SESSION_HANDLE) -> &RwLock<HashMap<CK_SESSION_HANDLE, Arc<Sess>>> {
+        &self.shards[(h as usize) % SHARDS]
+    }
+    /// Adds a session and returns its new handle.
+    pub fn insert(&self, s: Sess) -> CK_SESSION_HANDLE {
+        let h = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shard(h)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(h, Arc::new(s));
+        h
+    }
+    /// Looks a session up.
+    pub fn get(&self, h: CK_SESSION_HANDLE) -> CkResult<Arc<Sess>> {
+        self.shard(h)
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&h)
+            .cloned()
+            .ok_or(CKR_SESSION_HANDLE_INVALID)
+    }
+    /// Removes a session.
+    pub fn remove(&self, h: CK_SESSION_HANDLE) -> Option<Arc<Sess>> {
+        self.shard(h)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&h)
+    }
+    /// Every (handle, session) whose session matches `f`.
+    pub fn matching(&self, f: impl Fn(&Sess) -> bool) -> Vec<CK_SESSION_HANDLE> {
+        let mut out = Vec::new();
+        for sh in &self.shards {
+            for (h, s) in sh.read().unwrap_or_else(|e| e.into_inner()).iter() {
+                if f(s) {
+                    out.push(*h);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The metaslot's fixed facts, computed at `C_Initialize`.
+pub struct MetaInfo {
+    /// Index of the keystore provider.
+    pub keystore: usize,
+    /// The keystore's slot (provider slot ID).
+    pub ks_slot: CK_SLOT_ID,
+    /// Merged mechanism list.
+    pub mechs: HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+    /// `auto_key_migrate`.
+    pub auto_key_migrate: bool,
+}
+
+/// The framework instance: one between `C_Initialize` and `C_Finalize`.
+pub struct OpenCf {
+    /// Loaded providers, in config order.
+    pub providers: Vec<Prov>,
+    /// Framework slot `i + 1` → (provider index, provider slot ID).
+    pub slots: Vec<(usize, CK_SLOT_ID)>,
+    /// The metaslot, when enabled.
+    pub meta: Option<MetaInfo>,
+    /// Sessions.
+    pub sessions: Sessions,
+    /// Clones of keystore keys in other providers.
+    pub clones: route::CloneCache,
+}
+
+impl OpenCf {
+    /// The session behind a handle.
+    pub fn sess(&self, s: CK_SESSION_HANDLE) -> CkResult<Arc<Sess>> {
+        self.sessions.get(s)
+    }
+    /// The metaslot facts, or `CKR_SLOT_ID_INVALID`.
+    pub fn meta(&self) -> CkResult<&MetaInfo> {
+        self.meta.as_ref().ok_or(CKR_SLOT_ID_INVALID)
+    }
+    /// Provider by index.
+    pub fn p(&self, i: usize) -> &providers::Provider {
+        &self.providers[i].p
+    }
+    /// Framework slot ID → (provider index, provider slot).
+    pub fn provider_slot(&self, slot: CK_SLOT_ID) -> CkResult<(usize, CK_SLOT_ID)> {
+        if slot == METASLOT_ID {
+            return Err(CKR_SLOT_ID_INVALID);
+        }
+        self.slots
+            .get((slot as usize).wrapping_sub(1))
+            .copied()
+            .ok_or(CKR_SLOT_ID_INVALID)
+    }
+}
+
+/// Dispatches a call on a session: `$pass` runs with `(prov: &Provider, h)` for a pass-through
+/// session, `$meta` with `(m: &Mutex<MetaSession>)` for a metaslot session.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! dispatch {
+    ($self:ident, $s:expr, |$p:ident, $h:ident, $c:ident| $pass:expr, |$m:ident| $meta:expr) => {
+        match &*$self.sess($s)? {
+            $crate::Sess::Pass { prov, h, .. } => {
+                let $p = $self.p(*prov);
+                let $c = &$self.providers[*prov].cfg;
+                let $h = *h;
+                $pass
+            }
+            $crate::Sess::Meta($m) => $meta,
+        }
+    };
+    ($self:ident, $s:expr, |$p:ident, $h:ident| $pass:expr, |$m:ident| $meta:expr) => {
+        match &*$self.sess($s)? {
+            $crate::Sess::Pass { prov, h, .. } => {
+                let $p = $self.p(*prov);
+                let $h = *h;
+                $pass
+            }
+            $crate::Sess::Meta($m) => $meta,
+        }
+    };
+}
+
+mod backend_impl;
+
+opencf_abi::pkcs11_module!(OpenCf);

@@ -1,0 +1,105 @@
+//! The state of a metaslot session: its keystore session, the provider sessions opened lazily
+//! for it, and which provider runs each active operation.
+
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, Mechanism};
+
+/// The kinds of operation a session may have active at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// `C_Encrypt*`.
+    Encrypt = 0,
+    /// `C_Decrypt*`.
+    Decrypt,
+    /// `C_Sign*`.
+    Sign,
+    /// `C_Verify*`.
+    Verify,
+    /// `C_Digest*`.
+    Digest,
+    /// `C_SignRecover`.
+    SignRecover,
+    /// `C_VerifyRecover`.
+    VerifyRecover,
+    /// `C_VerifySignature*`.
+    VerifySignature,
+}
+
+/// Number of [`OpKind`]s.
+pub const OP_KINDS: usize = 8;
+
+impl OpKind {
+    /// The `CKF_*` capability a provider must list for the mechanism.
+    pub fn flag(self) -> CK_FLAGS {
+        match self {
+            OpKind::Encrypt => CKF_ENCRYPT,
+            OpKind::Decrypt => CKF_DECRYPT,
+            OpKind::Sign => CKF_SIGN,
+            OpKind::Verify | OpKind::VerifySignature => CKF_VERIFY,
+            OpKind::Digest => CKF_DIGEST,
+            OpKind::SignRecover => CKF_SIGN_RECOVER,
+            OpKind::VerifyRecover => CKF_VERIFY_RECOVER,
+        }
+    }
+}
+
+/// Where an active operation runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    /// Index into the operation's candidate list.
+    pub idx: usize,
+    /// Provider index.
+    pub prov: usize,
+    /// The provider session.
+    pub h: CK_SESSION_HANDLE,
+}
+
+/// An active operation of a metaslot session.
+#[derive(Debug)]
+pub struct Op {
+    /// The mechanism.
+    pub mech: Mechanism,
+    /// The metaslot (= keystore) key handle, if the operation has one.
+    pub key: Option<CK_OBJECT_HANDLE>,
+    /// Candidate providers, in config order.
+    pub cands: Vec<usize>,
+    /// The provider running it; `None` while binding waits for the data length (a candidate
+    /// has a `min_bytes` threshold for the mechanism).
+    pub bound: Option<Bound>,
+    /// Extra init data (the signature of `C_VerifySignatureInit`).
+    pub extra: Vec<u8>,
+}
+
+/// A metaslot session.
+#[derive(Debug)]
+pub struct MetaSession {
+    /// `CKF_*` flags it was opened with.
+    pub flags: CK_FLAGS,
+    /// The keystore session, opened with the metaslot session.
+    pub ks: CK_SESSION_HANDLE,
+    /// Sessions in other providers, opened on first use: (provider index, handle).
+    pub others: Vec<(usize, CK_SESSION_HANDLE)>,
+    /// Active operations, indexed by [`OpKind`].
+    pub ops: [Option<Op>; OP_KINDS],
+    /// A `C_FindObjects*` search is active (it runs in the keystore session).
+    pub finding: bool,
+}
+
+impl MetaSession {
+    /// A session whose keystore session is `ks`.
+    pub fn new(flags: CK_FLAGS, ks: CK_SESSION_HANDLE) -> Self {
+        MetaSession {
+            flags,
+            ks,
+            others: Vec::new(),
+            ops: Default::default(),
+            finding: false,
+        }
+    }
+    /// The active operation of a kind, or `CKR_OPERATION_NOT_INITIALIZED`.
+    pub fn op(&mut self, k: OpKind) -> CkResult<&mut Op> {
+        self.ops[k as usize]
+            .as_mut()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)
+    }
+}

@@ -1,0 +1,133 @@
+//! Object management: `C_CreateObject`, `C_CopyObject`, `C_DestroyObject`,
+//! `C_GetObjectSize`, `C_Get/SetAttributeValue`, `C_FindObjects*`.
+//!
+//! On the metaslot every object call goes to the keystore token through the session's
+//! keystore session; a metaslot object handle is the keystore's handle. Changing or destroying
+//! a key drops its clones in other providers.
+
+use crate::{dispatch, OpenCf};
+use opencf_abi::sys::*;
+use opencf_abi::*;
+use std::sync::Mutex;
+
+impl OpenCf {
+    /// The keystore provider and the metaslot session's keystore session.
+    pub fn ks_of(
+        &self,
+        m: &Mutex<crate::metaslot::MetaSession>,
+    ) -> CkResult<(&crate::providers::Provider, CK_SESSION_HANDLE)> {
+        let ks = self.lock(m).ks;
+        Ok((self.p(self.meta()?.keystore), ks))
+    }
+
+    /// Destroys the clones of a keystore object in other providers.
+    pub fn drop_clones(&self, obj: CK_OBJECT_HANDLE) {
+        for (prov, h) in self.clones.forget(obj) {
+            if let Ok(s) = self.providers[prov].internal_session() {
+                let _ = self.p(prov).destroy_object(s, h);
+            }
+        }
+    }
+
+    /// `C_CreateObject`.
+    pub fn create_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        dispatch!(self, s, |p, h| p.create_object(h, t), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.create_object(h, t)
+        })
+    }
+
+    /// `C_CopyObject`.
+    pub fn copy_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        o: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        dispatch!(self, s, |p, h| p.copy_object(h, o, t), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.copy_object(h, o, t)
+        })
+    }
+
+    /// `C_DestroyObject`.
+    pub fn destroy_object(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE) -> CkResult<()> {
+        dispatch!(self, s, |p, h| p.destroy_object(h, o), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.destroy_object(h, o)?;
+            self.drop_clones(o);
+            Ok(())
+        })
+    }
+
+    /// `C_GetObjectSize`.
+    pub fn get_object_size(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE) -> CkResult<CK_ULONG> {
+        dispatch!(self, s, |p, h| p.get_object_size(h, o), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.get_object_size(h, o)
+        })
+    }
+
+    /// `C_GetAttributeValue`.
+    pub fn get_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        o: CK_OBJECT_HANDLE,
+        types: &[CK_ATTRIBUTE_TYPE],
+    ) -> CkResult<Vec<AttrValue>> {
+        dispatch!(self, s, |p, h| p.get_attribute_value(h, o, types), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.get_attribute_value(h, o, types)
+        })
+    }
+
+    /// `C_SetAttributeValue`.
+    pub fn set_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        o: CK_OBJECT_HANDLE,
+        t: &[Attribute],
+    ) -> CkResult<()> {
+        dispatch!(self, s, |p, h| p.set_attribute_value(h, o, t), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.set_attribute_value(h, o, t)?;
+            self.drop_clones(o);
+            Ok(())
+        })
+    }
+
+    /// `C_FindObjectsInit`: the metaslot searches the keystore.
+    pub fn find_objects_init(&self, s: CK_SESSION_HANDLE, t: &[Attribute]) -> CkResult<()> {
+        dispatch!(self, s, |p, h| p.find_objects_init(h, t), |m| {
+            let mut ms = self.lock(m);
+            self.p(self.meta()?.keystore).find_objects_init(ms.ks, t)?;
+            ms.finding = true;
+            Ok(())
+        })
+    }
+
+    /// `C_FindObjects`.
+    pub fn find_objects(
+        &self,
+        s: CK_SESSION_HANDLE,
+        max: usize,
+    ) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
+        dispatch!(self, s, |p, h| p.find_objects(h, max), |m| {
+            let (p, h) = self.ks_of(m)?;
+            p.find_objects(h, max)
+        })
+    }
+
+    /// `C_FindObjectsFinal`.
+    pub fn find_objects_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        dispatch!(self, s, |p, h| p.find_objects_final(h), |m| {
+            let mut ms = self.lock(m);
+            ms.finding = false;
+            self.p(self.meta()?.keystore).find_objects_final(ms.ks)
+        })
+    }
+}

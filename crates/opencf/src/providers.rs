@@ -1,0 +1,159 @@
+//! Loading the providers named by the configuration, and what the framework learns about each
+//! at `C_Initialize` (its slots, the slot the metaslot uses, that slot's mechanisms).
+
+pub use opencf_abi::provider::Provider;
+use opencf_abi::sys::*;
+use opencf_abi::{unpad_field, CkResult};
+use opencf_config::{Config, ProviderConfig};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// One loaded, initialized provider.
+pub struct Prov {
+    /// Its configuration entry.
+    pub cfg: ProviderConfig,
+    /// The loaded module.
+    pub p: Provider,
+    /// The provider's slot IDs, in its own order.
+    pub slots: Vec<CK_SLOT_ID>,
+    /// The slot the metaslot uses: the first with a token.
+    pub meta_slot: Option<CK_SLOT_ID>,
+    /// Token label of [`Prov::meta_slot`].
+    pub label: Option<String>,
+    /// Mechanisms of [`Prov::meta_slot`] that the policy allows.
+    pub mechs: HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+    /// A session the framework owns on [`Prov::meta_slot`], holding key clones (session objects
+    /// are visible to every session of the process on that token). Opened on first use.
+    pub internal: Mutex<Option<CK_SESSION_HANDLE>>,
+}
+
+impl Prov {
+    /// Opens (once) the framework's own session on the metaslot slot.
+    pub fn internal_session(&self) -> CkResult<CK_SESSION_HANDLE> {
+        let mut g = self.internal.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = *g {
+            return Ok(h);
+        }
+        let slot = self.meta_slot.ok_or(CKR_TOKEN_NOT_PRESENT)?;
+        let h = self
+            .p
+            .open_session(slot, CKF_SERIAL_SESSION | CKF_RW_SESSION)?;
+        *g = Some(h);
+        Ok(h)
+    }
+}
+
+fn describe(rv: CK_RV) -> String {
+    format!("{rv:#x}")
+}
+
+/// Loads and initializes every provider of `cfg`, in order. A provider that cannot be loaded
+/// or initialized fails the whole `C_Initialize` after a message naming it on stderr: the
+/// framework never silently runs with fewer providers than configured.
+pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
+    let mut out: Vec<Prov> = Vec::new();
+    for pc in &cfg.providers {
+        let path = opencf_config::resolve_module(&pc.module, lib_dir);
+        let p = match Provider::load(&path) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("opencf: provider \"{}\" ({}): {e}", pc.name, path.display());
+                finalize_all(&out);
+                return Err(CKR_FUNCTION_FAILED);
+            }
+        };
+        if let Err(rv) = p.initialize() {
+            eprintln!(
+                "opencf: provider \"{}\" ({}): C_Initialize failed: {}",
+                pc.name,
+                path.display(),
+                describe(rv)
+            );
+            finalize_all(&out);
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        match probe(pc.clone(), p) {
+            Ok(prov) => out.push(prov),
+            Err(rv) => {
+                eprintln!(
+                    "opencf: provider \"{}\" ({}): cannot list its slots: {}",
+                    pc.name,
+                    path.display(),
+                    describe(rv)
+                );
+                finalize_all(&out);
+                return Err(CKR_FUNCTION_FAILED);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Finalizes every provider (errors ignored: there is nothing left to do about them).
+pub fn finalize_all(provs: &[Prov]) {
+    for p in provs {
+        let _ = p.p.finalize();
+    }
+}
+
+/// Learns a provider's slots and mechanisms; on failure the provider is finalized.
+fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
+    let slots = match p.get_slot_list(false) {
+        Ok(s) => s,
+        Err(rv) => {
+            let _ = p.finalize();
+            return Err(rv);
+        }
+    };
+    let mut meta_slot = None;
+    let mut label = None;
+    for &s in &slots {
+        if let Ok(ti) = p.get_token_info(s) {
+            meta_slot = Some(s);
+            label = Some(unpad_field(&ti.label));
+            break;
+        }
+    }
+    let mut mechs = HashMap::new();
+    if let Some(s) = meta_slot {
+        for m in p.get_mechanism_list(s).unwrap_or_default() {
+            if !cfg.allows(m) {
+                continue;
+            }
+            if let Ok(info) = p.get_mechanism_info(s, m) {
+                mechs.insert(m, info);
+            }
+        }
+    }
+    Ok(Prov {
+        cfg,
+        p,
+        slots,
+        meta_slot,
+        label,
+        mechs,
+        internal: Mutex::new(None),
+    })
+}
+
+/// Merges one provider's mechanism info into the metaslot's: minimum of the minimum key sizes,
+/// maximum of the maximum, flags ORed, the hardware flag cleared.
+pub fn merge_mech(
+    into: &mut HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+    m: CK_MECHANISM_TYPE,
+    i: &CK_MECHANISM_INFO,
+) {
+    let mut i = *i;
+    i.flags &= !CKF_HW;
+    match into.get_mut(&m) {
+        None => {
+            into.insert(m, i);
+        }
+        Some(e) => {
+            e.ulMinKeySize = e.ulMinKeySize.min(i.ulMinKeySize);
+            e.ulMaxKeySize = e.ulMaxKeySize.max(i.ulMaxKeySize);
+            e.flags |= i.flags;
+        }
+    }
+}

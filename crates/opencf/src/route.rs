@@ -1,0 +1,535 @@
+//! Routing of metaslot operations: candidate providers, key clones, binding an operation to
+//! the first provider whose init succeeds, and failover on recoverable errors.
+
+use crate::metaslot::{Bound, MetaSession, Op, OpKind};
+use crate::providers::Provider;
+use crate::OpenCf;
+use opencf_abi::sys::*;
+use opencf_abi::*;
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
+
+/// Errors after which the next candidate provider is tried. Every other error (argument
+/// errors, bad handles, session state) goes back to the caller at once.
+pub fn recoverable(rv: CK_RV) -> bool {
+    matches!(
+        rv,
+        CKR_DEVICE_ERROR
+            | CKR_DEVICE_MEMORY
+            | CKR_HOST_MEMORY
+            | CKR_FUNCTION_FAILED
+            | CKR_KEY_SIZE_RANGE
+            | CKR_MECHANISM_INVALID
+            | CKR_KEY_TYPE_INCONSISTENT
+            | CKR_GENERAL_ERROR
+            | CKR_FUNCTION_NOT_SUPPORTED
+            | CKR_DEVICE_REMOVED
+    )
+}
+
+/// Clones of keystore keys in other providers: (keystore handle, provider index) → handle in
+/// that provider. The clones are session objects of the provider's framework-owned session
+/// ([`crate::providers::Prov::internal_session`]).
+#[derive(Default)]
+pub struct CloneCache {
+    map: RwLock<HashMap<(CK_OBJECT_HANDLE, usize), CK_OBJECT_HANDLE>>,
+    /// Serializes clone creation so two threads do not clone the same key twice.
+    making: Mutex<()>,
+}
+
+impl CloneCache {
+    fn get(&self, key: CK_OBJECT_HANDLE, prov: usize) -> Option<CK_OBJECT_HANDLE> {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(key, prov))
+            .copied()
+    }
+    /// Removes every clone of `key`, returning (provider, clone handle) pairs to destroy.
+    pub fn forget(&self, key: CK_OBJECT_HANDLE) -> Vec<(usize, CK_OBJECT_HANDLE)> {
+        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let gone: Vec<_> = m
+            .iter()
+            .filter(|((k, _), _)| *k == key)
+            .map(|((_, p), h)| (*p, *h))
+            .collect();
+        for (p, _) in &gone {
+            m.remove(&(key, *p));
+        }
+        gone
+    }
+}
+
+const BOOL_USAGE: [CK_ATTRIBUTE_TYPE; 9] = [
+    CKA_ENCRYPT,
+    CKA_DECRYPT,
+    CKA_SIGN,
+    CKA_VERIFY,
+    CKA_WRAP,
+    CKA_UNWRAP,
+    CKA_DERIVE,
+    CKA_SIGN_RECOVER,
+    CKA_VERIFY_RECOVER,
+];
+
+/// The value attributes that make up a key of this class and type.
+fn value_attrs(class: CK_OBJECT_CLASS, kt: CK_KEY_TYPE) -> Vec<CK_ATTRIBUTE_TYPE> {
+    match (class, kt) {
+        (CKO_SECRET_KEY, _) => vec![CKA_VALUE],
+        (CKO_PRIVATE_KEY, CKK_RSA) => vec![
+            CKA_MODULUS,
+            CKA_PUBLIC_EXPONENT,
+            CKA_PRIVATE_EXPONENT,
+            CKA_PRIME_1,
+            CKA_PRIME_2,
+            CKA_EXPONENT_1,
+            CKA_EXPONENT_2,
+            CKA_COEFFICIENT,
+        ],
+        (CKO_PUBLIC_KEY, CKK_RSA) => vec![CKA_MODULUS, CKA_PUBLIC_EXPONENT],
+        (CKO_PRIVATE_KEY, CKK_EC | CKK_EC_EDWARDS | CKK_EC_MONTGOMERY) => {
+            vec![CKA_EC_PARAMS, CKA_VALUE]
+        }
+        (CKO_PUBLIC_KEY, CKK_EC | CKK_EC_EDWARDS | CKK_EC_MONTGOMERY) => {
+            vec![CKA_EC_PARAMS, CKA_EC_POINT]
+        }
+        _ => vec![CKA_PARAMETER_SET, CKA_VALUE],
+    }
+}
+
+fn ulong_of(v: &AttrValue) -> CkResult<CK_ULONG> {
+    match v {
+        AttrValue::Value(b) => ulong_from_bytes(b),
+        _ => Err(CKR_KEY_HANDLE_INVALID),
+    }
+}
+
+fn is_true(v: &AttrValue) -> bool {
+    matches!(v, AttrValue::Value(b) if b.first() == Some(&1))
+}
+
+/// Runs a two-call output function: size query, then the real call.
+pub fn two_call(mut f: impl FnMut(&mut OutBuf) -> CkResult<()>) -> CkResult<Vec<u8>> {
+    let mut q = OutBuf::new(None);
+    f(&mut q)?;
+    let mut buf = vec![0u8; q.len()];
+    let n = {
+        let mut o = OutBuf::new(Some(&mut buf));
+        f(&mut o)?;
+        o.len()
+    };
+    buf.truncate(n);
+    Ok(buf)
+}
+
+impl OpenCf {
+    /// Providers (in config order) whose metaslot slot lists `mech` with `flag` and whose
+    /// policy allows it.
+    pub fn candidates(&self, mech: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> Vec<usize> {
+        self.providers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.mechs.get(&mech).is_some_and(|i| i.flags & flag != 0))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The metaslot session's session in provider `prov`, opened on first use.
+    pub fn session_in(&self, ms: &mut MetaSession, prov: usize) -> CkResult<CK_SESSION_HANDLE> {
+        if prov == self.meta()?.keystore {
+            return Ok(ms.ks);
+        }
+        if let Some((_, h)) = ms.others.iter().find(|(p, _)| *p == prov) {
+            return Ok(*h);
+        }
+        let pr = &self.providers[prov];
+        let slot = pr.meta_slot.ok_or(CKR_DEVICE_REMOVED)?;
+        let h = pr.p.open_session(slot, CKF_SERIAL_SESSION)?;
+        ms.others.push((prov, h));
+        Ok(h)
+    }
+
+    /// The handle of metaslot key `key` in provider `prov`: the key itself in the keystore, a
+    /// (cached) clone elsewhere. `Ok(None)`: the key cannot be moved there (skip the provider).
+    pub fn key_in(
+        &self,
+        ms: &mut MetaSession,
+        prov: usize,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
+        if prov == self.meta()?.keystore {
+            return Ok(Some(key));
+        }
+        if let Some(h) = self.clones.get(key, prov) {
+            return Ok(Some(h));
+        }
+        let _g = self.clones.making.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = self.clones.get(key, prov) {
+            return Ok(Some(h));
+        }
+        let made = self.make_clone(ms, prov, key)?;
+        if let Some(h) = made {
+            self.clones
+                .map
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((key, prov), h);
+        }
+        Ok(made)
+    }
+
+    fn make_clone(
+        &self,
+        ms: &mut MetaSession,
+        prov: usize,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
+        let ks = self.p(self.meta()?.keystore);
+        let head = ks
+            .get_attribute_value(ms.ks, key, &[CKA_CLASS, CKA_KEY_TYPE])
+            .map_err(|e| {
+                if e == CKR_OBJECT_HANDLE_INVALID {
+                    CKR_KEY_HANDLE_INVALID
+                } else {
+                    e
+                }
+            })?;
+        let class = ulong_of(&head[0])?;
+        let kt = ulong_of(&head[1])?;
+        let usage = ks.get_attribute_value(ms.ks, key, &BOOL_USAGE)?;
+        let vals_t = value_attrs(class, kt);
+        let vals = ks.get_attribute_value(ms.ks, key, &vals_t)?;
+        let target = &self.providers[prov];
+        let ts = match target.internal_session() {
+            Ok(h) => h,
+            Err(_) => return Ok(None),
+        };
+        let mut tmpl = vec![
+            Attribute::ulong(CKA_CLASS, class),
+            Attribute::ulong(CKA_KEY_TYPE, kt),
+            Attribute::bool(CKA_TOKEN, false),
+            Attribute::bool(CKA_PRIVATE, false),
+        ];
+        for (t, v) in [CKA_LABEL, CKA_ID].iter().zip(ks.get_attribute_value(
+            ms.ks,
+            key,
+            &[CKA_LABEL, CKA_ID],
+        )?) {
+            if let AttrValue::Value(b) = v {
+                tmpl.push(Attribute::new(*t, b));
+            }
+        }
+        for (t, v) in BOOL_USAGE.iter().zip(&usage) {
+            if is_true(v) {
+                tmpl.push(Attribute::bool(*t, true));
+            }
+        }
+        if vals.iter().all(|v| !matches!(v, AttrValue::Sensitive)) {
+            // Non-sensitive: by attributes.
+            for (t, v) in vals_t.iter().zip(vals) {
+                if let AttrValue::Value(b) = v {
+                    tmpl.push(Attribute::new(*t, b));
+                }
+            }
+            return Ok(target.p.create_object(ts, &tmpl).ok());
+        }
+        // Sensitive: wrap in the keystore under a one-off AES-256 key, unwrap in the target.
+        if !self.meta()?.auto_key_migrate {
+            return Ok(None);
+        }
+        let Some(wm) = self.wrap_mechs(prov) else {
+            return Ok(None);
+        };
+        tmpl.push(Attribute::bool(CKA_SENSITIVE, true));
+        Ok(self.migrate(ms, prov, ts, key, &tmpl, wm).ok().flatten())
+    }
+
+    /// The (wrap, unwrap) mechanisms that move a key from the keystore to provider `prov`:
+    /// AES key wrap with padding (RFC 5649) where both have it — also when the target lists it
+    /// under the older number `CKM_AES_KEY_WRAP_PAD` (SoftHSMv2 does; same algorithm) — else
+    /// plain AES key wrap (RFC 3394, inputs a multiple of 8 bytes).
+    fn wrap_mechs(&self, prov: usize) -> Option<(CK_MECHANISM_TYPE, CK_MECHANISM_TYPE)> {
+        let ks = &self.providers[self.meta.as_ref()?.keystore].mechs;
+        let t = &self.providers[prov].mechs;
+        let can = |m: &std::collections::HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>, k, f| {
+            m.get(&k).is_some_and(|i| i.flags & f != 0)
+        };
+        [
+            (CKM_AES_KEY_WRAP_KWP, CKM_AES_KEY_WRAP_KWP),
+            (CKM_AES_KEY_WRAP_KWP, CKM_AES_KEY_WRAP_PAD),
+            (CKM_AES_KEY_WRAP_PAD, CKM_AES_KEY_WRAP_PAD),
+            (CKM_AES_KEY_WRAP, CKM_AES_KEY_WRAP),
+        ]
+        .into_iter()
+        .find(|&(w, u)| can(ks, w, CKF_WRAP) && can(t, u, CKF_UNWRAP))
+    }
+
+    fn migrate(
+        &self,
+        ms: &mut MetaSession,
+        prov: usize,
+        ts: CK_SESSION_HANDLE,
+        key: CK_OBJECT_HANDLE,
+        tmpl: &[Attribute],
+        (wrap_m, unwrap_m): (CK_MECHANISM_TYPE, CK_MECHANISM_TYPE),
+    ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
+        let ks = self.p(self.meta()?.keystore);
+        let target = self.p(prov);
+        let one_off_t = [
+            Attribute::ulong(CKA_CLASS, CKO_SECRET_KEY),
+            Attribute::ulong(CKA_KEY_TYPE, CKK_AES),
+            Attribute::ulong(CKA_VALUE_LEN, 32),
+            Attribute::bool(CKA_TOKEN, false),
+            Attribute::bool(CKA_PRIVATE, false),
+            Attribute::bool(CKA_WRAP, true),
+            Attribute::bool(CKA_UNWRAP, true),
+            Attribute::bool(CKA_SENSITIVE, false),
+            Attribute::bool(CKA_EXTRACTABLE, true),
+        ];
+        let wk = ks.generate_key(ms.ks, &Mechanism::new(CKM_AES_KEY_GEN), &one_off_t)?;
+        let result = (|| {
+            let wrapped = two_call(|o| ks.wrap_key(ms.ks, &Mechanism::new(wrap_m), wk, key, o))?;
+            let v = ks.get_attribute_value(ms.ks, wk, &[CKA_VALUE])?;
+            let AttrValue::Value(kv) = &v[0] else {
+                return Err(CKR_FUNCTION_FAILED);
+            };
+            let mut t2: Vec<Attribute> = one_off_t
+                .iter()
+                .filter(|a| a.kind != CKA_VALUE_LEN)
+                .cloned()
+                .collect();
+            t2.push(Attribute::new(CKA_VALUE, kv.clone()));
+            let tk = target.create_object(ts, &t2)?;
+            let r = target.unwrap_key(ts, &Mechanism::new(unwrap_m), tk, &wrapped, tmpl);
+            let _ = target.destroy_object(ts, tk);
+            r
+        })();
+        let _ = ks.destroy_object(ms.ks, wk);
+        Ok(result.ok())
+    }
+
+    /// Calls the init of `kind` in provider `p`.
+    pub fn init_on(
+        &self,
+        kind: OpKind,
+        p: &Provider,
+        h: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+        extra: &[u8],
+    ) -> CkResult<()> {
+        match kind {
+            OpKind::Encrypt => p.encrypt_init(h, mech, key),
+            OpKind::Decrypt => p.decrypt_init(h, mech, key),
+            OpKind::Sign => p.sign_init(h, mech, key),
+            OpKind::Verify => p.verify_init(h, mech, key),
+            OpKind::Digest => p.digest_init(h, mech),
+            OpKind::SignRecover => p.sign_recover_init(h, mech, key),
+            OpKind::VerifyRecover => p.verify_recover_init(h, mech, key),
+            OpKind::VerifySignature => p.verify_signature_init(h, mech, key, extra),
+        }
+    }
+
+    /// Binds `op` to the first candidate from `start` on whose init succeeds. With `len`
+    /// known, a candidate whose `min_bytes` threshold is above it is passed over (unless it
+    /// is the last).
+    pub fn bind(
+        &self,
+        ms: &mut MetaSession,
+        kind: OpKind,
+        op: &mut Op,
+        start: usize,
+        len: Option<usize>,
+    ) -> CkResult<()> {
+        let mut last = CKR_MECHANISM_INVALID;
+        for i in start..op.cands.len() {
+            let prov = op.cands[i];
+            let pc = &self.providers[prov].cfg;
+            if let (Some(len), Some(min)) = (len, pc.min_bytes(op.mech.mechanism)) {
+                if (len as u64) < min && i + 1 < op.cands.len() {
+                    continue;
+                }
+            }
+            let h = match self.session_in(ms, prov) {
+                Ok(h) => h,
+                Err(e)
+                    if recoverable(e) || e == CKR_DEVICE_REMOVED || e == CKR_TOKEN_NOT_PRESENT =>
+                {
+                    last = e;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let pkey = match op.key {
+                None => 0,
+                Some(k) => match self.key_in(ms, prov, k) {
+                    Ok(Some(pk)) => pk,
+                    Ok(None) => continue,
+                    Err(e) if recoverable(e) => {
+                        last = e;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            match self.init_on(kind, self.p(prov), h, &op.mech, pkey, &op.extra) {
+                Ok(()) => {
+                    op.bound = Some(Bound { idx: i, prov, h });
+                    return Ok(());
+                }
+                Err(e) if recoverable(e) => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    /// A metaslot `C_*Init`.
+    pub fn meta_init(
+        &self,
+        m: &Mutex<MetaSession>,
+        kind: OpKind,
+        mech: &Mechanism,
+        key: Option<CK_OBJECT_HANDLE>,
+        extra: &[u8],
+    ) -> CkResult<()> {
+        let mut ms = m.lock().unwrap_or_else(|e| e.into_inner());
+        if ms.ops[kind as usize].is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let cands = self.candidates(mech.mechanism, kind.flag());
+        if cands.is_empty() {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        let mut op = Op {
+            mech: mech.clone(),
+            key,
+            cands,
+            bound: None,
+            extra: extra.to_vec(),
+        };
+        let defer = op
+            .cands
+            .iter()
+            .any(|&p| self.providers[p].cfg.min_bytes(mech.mechanism).is_some());
+        if defer {
+            // Bind when the data length is known; check the key now.
+            if let Some(k) = key {
+                let ks = self.p(self.meta()?.keystore);
+                ks.get_attribute_value(ms.ks, k, &[CKA_CLASS])
+                    .map_err(|e| {
+                        if e == CKR_OBJECT_HANDLE_INVALID {
+                            CKR_KEY_HANDLE_INVALID
+                        } else {
+                            e
+                        }
+                    })?;
+            }
+        } else {
+            self.bind(&mut ms, kind, &mut op, 0, None)?;
+        }
+        ms.ops[kind as usize] = Some(op);
+        Ok(())
+    }
+
+    /// A metaslot single-part call (`C_Encrypt`, `C_Sign`, …) of `len` input bytes. `query`:
+    /// the output buffer is NULL, so an `Ok` leaves the operation active. A recoverable error
+    /// re-runs the whole operation on the next candidate.
+    pub fn meta_single(
+        &self,
+        m: &Mutex<MetaSession>,
+        kind: OpKind,
+        len: usize,
+        query: bool,
+        mut f: impl FnMut(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
+    ) -> CkResult<()> {
+        let mut ms = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut op = ms.ops[kind as usize]
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if op.bound.is_none() {
+            self.bind(&mut ms, kind, &mut op, 0, Some(len))?;
+        }
+        let r = loop {
+            let b = op.bound.expect("bound");
+            let r = f(self.p(b.prov), b.h);
+            match r {
+                // The operation stays active: a size query, or a buffer too small.
+                Ok(()) if query => break r,
+                Err(CKR_BUFFER_TOO_SMALL) => break r,
+                Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
+                    op.bound = None;
+                    if self
+                        .bind(&mut ms, kind, &mut op, b.idx + 1, Some(len))
+                        .is_err()
+                    {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        };
+        ms.ops[kind as usize] = Some(op);
+        r
+    }
+
+    /// Runs a step of a multi-part operation on its provider (binding it first if it was
+    /// waiting for the length). `ends`: the step ends the operation when it returns `r`.
+    pub fn meta_step(
+        &self,
+        m: &Mutex<MetaSession>,
+        kind: OpKind,
+        ends: impl Fn(&CkResult<()>) -> bool,
+        f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
+    ) -> CkResult<()> {
+        let mut ms = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut op = ms.ops[kind as usize]
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if op.bound.is_none() {
+            self.bind(&mut ms, kind, &mut op, 0, None)?;
+        }
+        let b = op.bound.expect("bound");
+        let r = f(self.p(b.prov), b.h);
+        if !ends(&r) {
+            ms.ops[kind as usize] = Some(op);
+        }
+        r
+    }
+
+    /// The bound provider of an active operation, binding it if needed (for `C_DigestKey`).
+    pub fn meta_bound(&self, ms: &mut MetaSession, kind: OpKind) -> CkResult<Bound> {
+        let mut op = ms.ops[kind as usize]
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let r = if op.bound.is_none() {
+            self.bind(ms, kind, &mut op, 0, None)
+        } else {
+            Ok(())
+        };
+        let b = op.bound;
+        if r.is_ok() {
+            ms.ops[kind as usize] = Some(op);
+        }
+        r.map(|_| b.expect("bound"))
+    }
+}
+
+/// Ends-rule of an update step: any error but `CKR_BUFFER_TOO_SMALL` ends the operation.
+pub fn update_ends(r: &CkResult<()>) -> bool {
+    matches!(r, Err(e) if *e != CKR_BUFFER_TOO_SMALL)
+}
+
+/// Ends-rule of a step after which the operation is always over (`C_VerifyFinal`).
+pub fn always_ends(_: &CkResult<()>) -> bool {
+    true
+}
+
+/// Ends-rule of a final step with output: success (not a size query) or any error but
+/// `CKR_BUFFER_TOO_SMALL`.
+pub fn final_ends(query: bool) -> impl Fn(&CkResult<()>) -> bool {
+    move |r| match r {
+        Ok(()) => !query,
+        Err(e) => *e != CKR_BUFFER_TOO_SMALL,
+    }
+}

@@ -1,0 +1,521 @@
+//! The framework through its C ABI: `target/release/libopencf.so` loaded with the `cryptoki`
+//! crate, configured by a temporary `OPENCF_CONF` that lists the release softtoken (and, when
+//! installed, SoftHSMv2 as a second provider).
+//!
+//! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
+//!
+//! The module, its configuration and the environment are process-wide, so the tests take one
+//! lock and each loads and finalizes the module itself.
+
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use cryptoki::error::{Error, RvError};
+use cryptoki::mechanism::aead::GcmParams;
+use cryptoki::mechanism::Mechanism;
+use cryptoki::object::{Attribute, AttributeType, ObjectClass};
+use cryptoki::session::{Session, UserType};
+use cryptoki::slot::Slot;
+use cryptoki::types::AuthPin;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+const NEW_PIN: &str = "metaslot-pin";
+/// DER OID of P-256.
+const P256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_path_buf()
+}
+
+fn release(name: &str) -> PathBuf {
+    let p = root().join("target/release").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p opencf-softtoken -p opencf",
+        p.display()
+    );
+    p
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("metaslot-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// libopencf.so: `cargo test` rebuilds `target/release/deps/libopencf.so` but only
+/// `cargo build` refreshes `target/release/libopencf.so`, so take the newer of the two.
+fn framework_lib() -> PathBuf {
+    let top = root().join("target/release/libopencf.so");
+    let deps = root().join("target/release/deps/libopencf.so");
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (age(&top), age(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => release("libopencf.so"),
+    }
+}
+
+/// Writes `conf` (with `@SOFTTOKEN@` replaced), points the environment at it and a fresh
+/// softtoken keystore, and loads libopencf.so. Returns the module and `C_Initialize`'s result.
+fn load(tag: &str, conf: &str) -> (Pkcs11, Result<(), Error>) {
+    let dir = fresh_dir(tag);
+    let conf = conf.replace(
+        "@SOFTTOKEN@",
+        &release("libopencf_softtoken.so").display().to_string(),
+    );
+    let path = dir.join("opencf.toml");
+    std::fs::write(&path, conf).unwrap();
+    let ks = dir.join("softtoken");
+    std::fs::create_dir_all(&ks).unwrap();
+    std::env::set_var("OPENCF_CONF", &path);
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", &ks);
+    std::env::remove_var("OPENCF_METASLOT_ENABLED");
+    std::env::remove_var("OPENCF_METASLOT_KEYSTORE");
+    let p = Pkcs11::new(framework_lib()).expect("load libopencf.so");
+    let r = p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK));
+    (p, r)
+}
+
+const SOFTTOKEN_ONLY: &str = r#"
+[metaslot]
+enabled = true
+keystore = "OpenCF Softtoken"
+
+[[provider]]
+name = "softtoken"
+module = "@SOFTTOKEN@"
+"#;
+
+fn slot(p: &Pkcs11, id: u64) -> Slot {
+    p.get_all_slots()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id() == id)
+        .unwrap_or_else(|| panic!("no slot {id}"))
+}
+
+/// Logs the user in on `slot`, changing the fresh token's PIN first.
+fn login_changing_pin(p: &Pkcs11, slot: Slot, s: &Session) {
+    match s.login(UserType::User, Some(&AuthPin::from("changeme".to_string()))) {
+        Ok(()) | Err(Error::Pkcs11(RvError::PinExpired, _)) => {}
+        Err(e) => panic!("C_Login: {e:?}"),
+    }
+    assert!(p.get_token_info(slot).unwrap().user_pin_to_be_changed());
+    s.set_pin(
+        &AuthPin::from("changeme".to_string()),
+        &AuthPin::from(NEW_PIN.to_string()),
+    )
+    .expect("C_SetPIN through the metaslot");
+    let _ = s.logout();
+    s.login(UserType::User, Some(&AuthPin::from(NEW_PIN.to_string())))
+        .expect("C_Login with the new PIN");
+    assert!(!p.get_token_info(slot).unwrap().user_pin_to_be_changed());
+}
+
+fn find_by_label(s: &Session, label: &[u8]) -> usize {
+    s.find_objects(&[Attribute::Label(label.to_vec())])
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn metaslot_over_softtoken() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, r) = load("basic", SOFTTOKEN_ONLY);
+    r.expect("C_Initialize");
+
+    // Slot list: the metaslot first, then the softtoken's slots.
+    let ids: Vec<u64> = p.get_all_slots().unwrap().iter().map(|s| s.id()).collect();
+    assert_eq!(ids[0], 0);
+    assert!(ids.len() >= 2, "softtoken slots follow: {ids:?}");
+    let meta = slot(&p, 0);
+    assert_eq!(p.get_token_info(meta).unwrap().label(), "OpenCF Metaslot");
+    assert_eq!(
+        p.get_slot_info(meta).unwrap().slot_description(),
+        "OpenCF Metaslot"
+    );
+    let st = slot(&p, 1);
+    assert_eq!(p.get_token_info(st).unwrap().label(), "OpenCF Softtoken");
+    let mechs = p.get_mechanism_list(meta).unwrap();
+    assert!(mechs.contains(&cryptoki::mechanism::MechanismType::AES_GCM));
+
+    let s = p.open_rw_session(meta).unwrap();
+    login_changing_pin(&p, meta, &s);
+
+    // AES-GCM.
+    let key = s
+        .generate_key(
+            &Mechanism::AesKeyGen,
+            &[
+                Attribute::ValueLen(32.into()),
+                Attribute::Token(false),
+                Attribute::Encrypt(true),
+                Attribute::Decrypt(true),
+            ],
+        )
+        .expect("C_GenerateKey");
+    let mut iv = [7u8; 12];
+    let data = b"through the metaslot";
+    let ct = s
+        .encrypt(
+            &Mechanism::AesGcm(GcmParams::new(&mut iv, b"aad", 128.into()).unwrap()),
+            key,
+            data,
+        )
+        .expect("C_Encrypt AES-GCM");
+    assert_eq!(ct.len(), data.len() + 16);
+    let pt = s
+        .decrypt(
+            &Mechanism::AesGcm(GcmParams::new(&mut iv, b"aad", 128.into()).unwrap()),
+            key,
+            &ct,
+        )
+        .expect("C_Decrypt AES-GCM");
+    assert_eq!(pt, data);
+
+    // RSA sign/verify.
+    let (rpub, rpriv) = s
+        .generate_key_pair(
+            &Mechanism::RsaPkcsKeyPairGen,
+            &[
+                Attribute::Token(false),
+                Attribute::ModulusBits(2048.into()),
+                Attribute::PublicExponent(vec![1, 0, 1]),
+                Attribute::Verify(true),
+            ],
+            &[Attribute::Token(false), Attribute::Sign(true)],
+        )
+        .expect("RSA key pair");
+    let sig = s
+        .sign(&Mechanism::Sha256RsaPkcs, rpriv, data)
+        .expect("RSA sign");
+    s.verify(&Mechanism::Sha256RsaPkcs, rpub, data, &sig)
+        .expect("RSA verify");
+    let mut bad = sig.clone();
+    bad[5] ^= 1;
+    assert!(matches!(
+        s.verify(&Mechanism::Sha256RsaPkcs, rpub, data, &bad),
+        Err(Error::Pkcs11(RvError::SignatureInvalid, _))
+    ));
+
+    // ECDSA sign/verify.
+    let (epub, epriv) = s
+        .generate_key_pair(
+            &Mechanism::EccKeyPairGen,
+            &[
+                Attribute::Token(false),
+                Attribute::EcParams(P256.to_vec()),
+                Attribute::Verify(true),
+            ],
+            &[Attribute::Token(false), Attribute::Sign(true)],
+        )
+        .expect("EC key pair");
+    let sig = s
+        .sign(&Mechanism::EcdsaSha256, epriv, data)
+        .expect("ECDSA sign");
+    s.verify(&Mechanism::EcdsaSha256, epub, data, &sig)
+        .expect("ECDSA verify");
+
+    // Multi-part digest through the metaslot.
+    let m = Mechanism::Sha256;
+    let one = s.digest(&m, data).unwrap();
+    assert_eq!(one.len(), 32);
+
+    // A token object made through slot 0 lives in the keystore: visible in the softtoken's slot.
+    s.create_object(&[
+        Attribute::Class(ObjectClass::DATA),
+        Attribute::Token(true),
+        Attribute::Private(false),
+        Attribute::Label(b"made-through-metaslot".to_vec()),
+        Attribute::Value(b"hello".to_vec()),
+    ])
+    .expect("C_CreateObject through slot 0");
+    assert_eq!(find_by_label(&s, b"made-through-metaslot"), 1);
+    let s1 = p.open_ro_session(st).unwrap();
+    assert_eq!(find_by_label(&s1, b"made-through-metaslot"), 1);
+    let info = s.get_session_info().unwrap();
+    assert_eq!(info.slot_id(), meta);
+    drop(s1);
+    drop(s);
+    p.finalize().unwrap();
+}
+
+#[test]
+fn bad_config_fails_initialize() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, r) = load("bad", "[metaslot\nenabled = true\n");
+    assert!(
+        matches!(r, Err(Error::Pkcs11(RvError::FunctionFailed, _))),
+        "C_Initialize with a syntax error: {r:?}"
+    );
+    drop(p);
+}
+
+#[test]
+fn metaslot_disabled_by_env() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("noenv");
+    let conf = SOFTTOKEN_ONLY.replace(
+        "@SOFTTOKEN@",
+        &release("libopencf_softtoken.so").display().to_string(),
+    );
+    std::fs::write(dir.join("c.toml"), conf).unwrap();
+    std::env::set_var("OPENCF_CONF", dir.join("c.toml"));
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", &dir);
+    std::env::set_var("OPENCF_METASLOT_ENABLED", "false");
+    let p = Pkcs11::new(framework_lib()).unwrap();
+    let r = p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK));
+    std::env::remove_var("OPENCF_METASLOT_ENABLED");
+    r.unwrap();
+    let first = p.get_all_slots().unwrap()[0];
+    assert_eq!(first.id(), 1, "no slot 0 when the metaslot is off");
+    assert_eq!(p.get_token_info(first).unwrap().label(), "OpenCF Softtoken");
+    p.finalize().unwrap();
+}
+
+const SOFTHSM: &str = "/usr/lib/softhsm/libsofthsm2.so";
+
+/// An ECDSA signature on slot 0 with a key generated through slot 0 (so stored in the
+/// softtoken keystore) runs in SoftHSMv2 when the softtoken's CKM_ECDSA is disabled: the key's
+/// clone shows up in SoftHSM's own slot.
+#[test]
+fn ecdsa_routed_to_softhsm() {
+    if !Path::new(SOFTHSM).exists() {
+        eprintln!("skipped: {SOFTHSM} not installed");
+        return;
+    }
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    init_softhsm("softhsm");
+    let conf = format!(
+        "{SOFTTOKEN_ONLY}disabled = [\"CKM_ECDSA\"]\n\n[[provider]]\nname = \"softhsm\"\nmodule = \"{SOFTHSM}\"\n"
+    );
+    let (p, r) = load("softhsm", &conf);
+    r.expect("C_Initialize with SoftHSM");
+    let meta = slot(&p, 0);
+    let s = p.open_rw_session(meta).unwrap();
+    login_changing_pin(&p, meta, &s);
+    let (epub, epriv) = s
+        .generate_key_pair(
+            &Mechanism::EccKeyPairGen,
+            &[
+                Attribute::Token(false),
+                Attribute::EcParams(P256.to_vec()),
+                Attribute::Verify(true),
+            ],
+            &[
+                Attribute::Token(false),
+                Attribute::Sign(true),
+                Attribute::Sensitive(false),
+                Attribute::Extractable(true),
+                Attribute::Label(b"routed".to_vec()),
+            ],
+        )
+        .expect("EC key pair in the keystore");
+    let digest = [0x5au8; 32];
+    let sig = s
+        .sign(&Mechanism::Ecdsa, epriv, &digest)
+        .expect("ECDSA through slot 0");
+    assert_eq!(sig.len(), 64);
+    s.verify(&Mechanism::Ecdsa, epub, &digest, &sig)
+        .expect("ECDSA verify through slot 0");
+
+    // The softtoken's own slot no longer offers CKM_ECDSA ...
+    let st_slot = slot(&p, 1);
+    assert!(!p
+        .get_mechanism_list(st_slot)
+        .unwrap()
+        .contains(&cryptoki::mechanism::MechanismType::ECDSA));
+    // ... and SoftHSM's token holds the clone of the private key.
+    let clones = hsm_objects(&p, ObjectClass::PRIVATE_KEY, b"routed");
+    assert_eq!(clones, 1, "the ECDSA key was cloned into SoftHSM");
+    drop(s);
+    p.finalize().unwrap();
+}
+
+/// Initializes a fresh SoftHSMv2 token "hsm" (PIN 1234) under a temporary `SOFTHSM2_CONF`.
+fn init_softhsm(tag: &str) {
+    let dir = fresh_dir(tag);
+    let tokens = dir.join("tokens");
+    std::fs::create_dir_all(&tokens).unwrap();
+    let hsm_conf = dir.join("softhsm2.conf");
+    std::fs::write(
+        &hsm_conf,
+        format!(
+            "directories.tokendir = {}\nobjectstore.backend = file\n",
+            tokens.display()
+        ),
+    )
+    .unwrap();
+    std::env::set_var("SOFTHSM2_CONF", &hsm_conf);
+    let st = std::process::Command::new("softhsm2-util")
+        .args([
+            "--init-token",
+            "--free",
+            "--label",
+            "hsm",
+            "--pin",
+            "1234",
+            "--so-pin",
+            "5678",
+        ])
+        .output()
+        .expect("softhsm2-util");
+    assert!(
+        st.status.success(),
+        "softhsm2-util: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+/// How many objects of `class` labelled `label` SoftHSM's own slot shows (clones are public
+/// session objects, visible without login).
+fn hsm_objects(p: &Pkcs11, class: ObjectClass, label: &[u8]) -> usize {
+    let hsm = p
+        .get_slots_with_token()
+        .unwrap()
+        .into_iter()
+        .find(|sl| {
+            p.get_token_info(*sl)
+                .map(|t| t.label() == "hsm")
+                .unwrap_or(false)
+        })
+        .expect("SoftHSM's token among the framework's slots");
+    let hs = p.open_ro_session(hsm).unwrap();
+    let found = hs
+        .find_objects(&[Attribute::Class(class), Attribute::Label(label.to_vec())])
+        .unwrap();
+    for o in &found {
+        let attrs = hs.get_attributes(*o, &[AttributeType::Token]).unwrap();
+        assert!(
+            matches!(attrs[0], Attribute::Token(false)),
+            "clones are session objects"
+        );
+    }
+    found.len()
+}
+
+fn aes_key(s: &Session, label: &[u8]) -> cryptoki::object::ObjectHandle {
+    s.generate_key(
+        &Mechanism::AesKeyGen,
+        &[
+            Attribute::ValueLen(16.into()),
+            Attribute::Token(false),
+            Attribute::Encrypt(true),
+            Attribute::Decrypt(true),
+            Attribute::Sensitive(false),
+            Attribute::Extractable(true),
+            Attribute::Label(label.to_vec()),
+        ],
+    )
+    .expect("AES key in the keystore")
+}
+
+/// A `min_bytes` threshold on the first provider sends smaller single-part operations to the
+/// next one (the key's clone appears in SoftHSM) and larger ones stay (no clone).
+#[test]
+fn min_bytes_threshold() {
+    if !Path::new(SOFTHSM).exists() {
+        eprintln!("skipped: {SOFTHSM} not installed");
+        return;
+    }
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    init_softhsm("minbytes");
+    let conf = format!(
+        "{SOFTTOKEN_ONLY}[provider.policy.CKM_AES_ECB]\nmin_bytes = 64\n\n[[provider]]\nname = \"softhsm\"\nmodule = \"{SOFTHSM}\"\n"
+    );
+    let (p, r) = load("minbytes", &conf);
+    r.expect("C_Initialize");
+    let meta = slot(&p, 0);
+    let s = p.open_rw_session(meta).unwrap();
+    login_changing_pin(&p, meta, &s);
+    let small = aes_key(&s, b"small");
+    let large = aes_key(&s, b"large");
+    let short = [1u8; 16];
+    let long = [2u8; 128];
+    let c1 = s
+        .encrypt(&Mechanism::AesEcb, small, &short)
+        .expect("16-byte AES-ECB");
+    assert_eq!(s.decrypt(&Mechanism::AesEcb, small, &c1).unwrap(), short);
+    let c2 = s
+        .encrypt(&Mechanism::AesEcb, large, &long)
+        .expect("128-byte AES-ECB");
+    assert_eq!(s.decrypt(&Mechanism::AesEcb, large, &c2).unwrap(), long);
+    assert_eq!(
+        hsm_objects(&p, ObjectClass::SECRET_KEY, b"small"),
+        1,
+        "16 bytes ran in SoftHSM"
+    );
+    assert_eq!(
+        hsm_objects(&p, ObjectClass::SECRET_KEY, b"large"),
+        0,
+        "128 bytes ran in the softtoken"
+    );
+    drop(s);
+    p.finalize().unwrap();
+}
+
+/// With SoftHSM first, a sensitive (extractable) keystore key is migrated there by wrap/unwrap
+/// under a one-off key when `auto_key_migrate = true`; with `false` it stays in the keystore
+/// and the operation runs there.
+#[test]
+fn sensitive_key_migration() {
+    if !Path::new(SOFTHSM).exists() {
+        eprintln!("skipped: {SOFTHSM} not installed");
+        return;
+    }
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    for migrate in [true, false] {
+        init_softhsm("migrate");
+        let conf = format!(
+            "[metaslot]\nkeystore = \"OpenCF Softtoken\"\nauto_key_migrate = {migrate}\n\n\
+             [[provider]]\nname = \"softhsm\"\nmodule = \"{SOFTHSM}\"\n\n\
+             [[provider]]\nname = \"softtoken\"\nmodule = \"@SOFTTOKEN@\"\n"
+        );
+        let (p, r) = load("migrate", &conf);
+        r.expect("C_Initialize");
+        let meta = slot(&p, 0);
+        let s = p.open_rw_session(meta).unwrap();
+        login_changing_pin(&p, meta, &s);
+        let (epub, epriv) = s
+            .generate_key_pair(
+                &Mechanism::EccKeyPairGen,
+                &[
+                    Attribute::Token(false),
+                    Attribute::EcParams(P256.to_vec()),
+                    Attribute::Verify(true),
+                ],
+                &[
+                    Attribute::Token(false),
+                    Attribute::Sign(true),
+                    Attribute::Sensitive(true),
+                    Attribute::Extractable(true),
+                    Attribute::Label(b"secret-ec".to_vec()),
+                ],
+            )
+            .expect("EC key pair in the keystore");
+        let digest = [0x33u8; 32];
+        let sig = s
+            .sign(&Mechanism::Ecdsa, epriv, &digest)
+            .expect("ECDSA through slot 0");
+        s.verify(&Mechanism::Ecdsa, epub, &digest, &sig)
+            .expect("verify");
+        let n = hsm_objects(&p, ObjectClass::PRIVATE_KEY, b"secret-ec");
+        assert_eq!(
+            n, migrate as usize,
+            "auto_key_migrate = {migrate}: clones in SoftHSM"
+        );
+        drop(s);
+        p.finalize().unwrap();
+    }
+}

@@ -27,7 +27,7 @@ export MODULE VENV
 PYTEST_ARGS ?= -q
 FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo badinput pkcs11-tool python
+TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot
 
 .PHONY: help deps build test test-suites run fmt format lint clean fuzz $(addprefix suite-,$(TEST_SUITES))
 
@@ -80,6 +80,9 @@ fuzz:
 
 suite-pkcs11-tool:
 	tests/consumers/pkcs11-tool.sh
+
+suite-metaslot:
+	tests/consumers/metaslot.sh
 
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python

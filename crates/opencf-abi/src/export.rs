@@ -476,6 +476,15 @@ fn ended_on_error<B: Backend>(
     r
 }
 
+/// PKCS#11 3.0: an `*Init` call with a NULL mechanism ends the active operation named by
+/// `flag`. A backend without `C_SessionCancel` keeps the 2.40 answer, `CKR_ARGUMENTS_BAD`.
+fn cancel_operation<B: Backend>(b: &B, session: CK_SESSION_HANDLE, flag: CK_FLAGS) -> CkResult<()> {
+    match b.session_cancel(session, flag) {
+        Err(CKR_FUNCTION_NOT_SUPPORTED) => Err(CKR_ARGUMENTS_BAD),
+        r => r,
+    }
+}
+
 /// `C_MessageEncryptInit`/`C_MessageDecryptInit`: each message brings its own parameters, so
 /// a parameter given here (some consumers pass the first message's) is ignored.
 fn message_init_with<B: Backend>(
@@ -486,10 +495,7 @@ fn message_init_with<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         if mech.is_null() {
-            return match b.session_cancel(session, cancel) {
-                Err(CKR_FUNCTION_NOT_SUPPORTED) => Err(CKR_ARGUMENTS_BAD),
-                r => r,
-            };
+            return cancel_operation(b, session, cancel);
         }
         // SAFETY: the caller's mechanism.
         let m = unsafe { mechanism_type(mech)? };
@@ -504,13 +510,8 @@ fn init_with<B: Backend>(
     f: impl FnOnce(&B, &crate::Mechanism) -> CkResult<()>,
 ) -> CK_RV {
     call::<B>(|b| {
-        // PKCS#11 3.0: an *Init call with a NULL mechanism ends the active operation.
-        // A backend without C_SessionCancel keeps the 2.40 answer.
         if mech.is_null() {
-            return match b.session_cancel(session, cancel) {
-                Err(CKR_FUNCTION_NOT_SUPPORTED) => Err(CKR_ARGUMENTS_BAD),
-                r => r,
-            };
+            return cancel_operation(b, session, cancel);
         }
         // SAFETY: the caller's mechanism.
         let mech = unsafe { mechanism(mech)? };

@@ -337,7 +337,9 @@ impl Drop for Provider {
 }
 
 impl Provider {
-    /// Loads the module at `path` (`dlopen` with `RTLD_NOW | RTLD_LOCAL`) and reads its
+    /// Loads the module at `path` (`dlopen` with `RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`: a
+    /// module's code stays mapped after `dlclose`, because threads that called into it may
+    /// still run its thread-local destructors when they exit) and reads its
     /// function table: `C_GetInterface("PKCS 11")` for version 3.2, then 3.0, and
     /// `C_GetFunctionList` (2.40) when the module has no 3.x interface. A path without `/`
     /// is searched for as `dlopen` searches. The module is not initialized: call
@@ -353,7 +355,12 @@ impl Provider {
         })?;
         // SAFETY: a NUL-terminated path. Loading runs the library's initializers, which is
         // what loading a PKCS#11 module means.
-        let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        let handle = unsafe {
+            libc::dlopen(
+                cpath.as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE,
+            )
+        };
         let Some(handle) = NonNull::new(handle) else {
             return Err(LoadError::Dlopen {
                 path: path.to_path_buf(),

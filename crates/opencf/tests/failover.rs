@@ -1,0 +1,380 @@
+//! Failover through the metaslot: the test provider `libopencf_faulty.so` (the software token
+//! behind a fault switch) sits first in the provider list, the software token second. With the
+//! faulty provider failing on command, mixed operations from four threads through slot 0 must
+//! all answer `CKR_OK` with correct results, served by the software token.
+//!
+//! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
+
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use cryptoki::error::{Error, RvError};
+use cryptoki::mechanism::aead::GcmParams;
+use cryptoki::mechanism::Mechanism;
+use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
+use cryptoki::session::{Session, UserType};
+use cryptoki::slot::Slot;
+use cryptoki::types::AuthPin;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// DER OID of P-256.
+const P256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+/// SHA-256("abc").
+const SHA256_ABC: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+const THREADS: usize = 4;
+const ITERATIONS: usize = 200;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_path_buf()
+}
+
+fn release(name: &str) -> PathBuf {
+    let p = root().join("target/release").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf",
+        p.display()
+    );
+    p
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("failover-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The newer of `target/release/libopencf.so` and `target/release/deps/libopencf.so`.
+fn framework_lib() -> PathBuf {
+    let top = root().join("target/release/libopencf.so");
+    let deps = root().join("target/release/deps/libopencf.so");
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (age(&top), age(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => release("libopencf.so"),
+    }
+}
+
+/// Loads libopencf.so over [faulty, softtoken] with the fault `mode` written to the switch file
+/// (which the faulty provider reads at every call). Returns the module and the switch file.
+fn load(tag: &str, mode: &str) -> (Pkcs11, PathBuf) {
+    let dir = fresh_dir(tag);
+    let conf = format!(
+        r#"
+[metaslot]
+enabled = true
+keystore = "OpenCF Softtoken"
+
+[[provider]]
+name = "faulty"
+module = "{}"
+
+[[provider]]
+name = "softtoken"
+module = "{}"
+"#,
+        release("libopencf_faulty.so").display(),
+        release("libopencf_softtoken.so").display()
+    );
+    let path = dir.join("opencf.toml");
+    std::fs::write(&path, conf).unwrap();
+    let ks = dir.join("softtoken");
+    std::fs::create_dir_all(&ks).unwrap();
+    let switch = dir.join("fault");
+    std::fs::write(&switch, mode).unwrap();
+    std::env::set_var("OPENCF_CONF", &path);
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", &ks);
+    std::env::set_var("OPENCF_FAULTY_INNER", release("libopencf_softtoken.so"));
+    std::env::set_var("OPENCF_FAULTY_SWITCH", &switch);
+    std::env::remove_var("OPENCF_FAULTY_MODE");
+    std::env::remove_var("OPENCF_METASLOT_ENABLED");
+    std::env::remove_var("OPENCF_METASLOT_KEYSTORE");
+    let p = Pkcs11::new(framework_lib()).expect("load libopencf.so");
+    p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+        .expect("C_Initialize");
+    (p, switch)
+}
+
+fn slot_labelled(p: &Pkcs11, label: &str) -> Slot {
+    p.get_slots_with_token()
+        .unwrap()
+        .into_iter()
+        .find(|s| p.get_token_info(*s).unwrap().label() == label)
+        .unwrap_or_else(|| panic!("no slot with token {label:?}"))
+}
+
+fn slot0(p: &Pkcs11) -> Slot {
+    p.get_all_slots()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id() == 0)
+        .expect("slot 0")
+}
+
+fn login(s: &Session) {
+    match s.login(UserType::User, Some(&AuthPin::from("changeme".to_string()))) {
+        Ok(()) | Err(Error::Pkcs11(RvError::PinExpired, _)) => {}
+        Err(e) => panic!("C_Login through slot 0: {e:?}"),
+    }
+    s.set_pin(
+        &AuthPin::from("changeme".to_string()),
+        &AuthPin::from("failover-pin".to_string()),
+    )
+    .expect("C_SetPIN");
+    let _ = s.logout();
+    s.login(
+        UserType::User,
+        Some(&AuthPin::from("failover-pin".to_string())),
+    )
+    .expect("C_Login");
+}
+
+struct Keys {
+    aes: ObjectHandle,
+    hmac: ObjectHandle,
+    ec_pub: ObjectHandle,
+    ec_priv: ObjectHandle,
+}
+
+/// Keys generated through slot 0 (so held by the keystore, the software token).
+fn make_keys(s: &Session) -> Keys {
+    let aes = s
+        .generate_key(
+            &Mechanism::AesKeyGen,
+            &[
+                Attribute::ValueLen(16.into()),
+                Attribute::Token(false),
+                Attribute::Encrypt(true),
+                Attribute::Decrypt(true),
+            ],
+        )
+        .expect("AES key through slot 0");
+    let hmac = s
+        .generate_key(
+            &Mechanism::GenericSecretKeyGen,
+            &[
+                Attribute::Class(ObjectClass::SECRET_KEY),
+                Attribute::KeyType(KeyType::GENERIC_SECRET),
+                Attribute::ValueLen(32.into()),
+                Attribute::Token(false),
+                Attribute::Sign(true),
+                Attribute::Verify(true),
+            ],
+        )
+        .expect("HMAC key through slot 0");
+    let (ec_pub, ec_priv) = s
+        .generate_key_pair(
+            &Mechanism::EccKeyPairGen,
+            &[
+                Attribute::Token(false),
+                Attribute::EcParams(P256.to_vec()),
+                Attribute::Verify(true),
+            ],
+            &[Attribute::Token(false), Attribute::Sign(true)],
+        )
+        .expect("EC key pair through slot 0");
+    Keys {
+        aes,
+        hmac,
+        ec_pub,
+        ec_priv,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// One round of mixed operations; every call must succeed and give correct results.
+fn round(s: &Session, k: &Keys, t: usize, i: usize) {
+    let ctx = format!("thread {t} iteration {i}");
+    let data = format!("failover data {t}/{i}").into_bytes();
+
+    // AES-GCM encrypt and decrypt.
+    let mut iv = [0u8; 12];
+    iv[..8].copy_from_slice(&((t * 1_000_000 + i) as u64).to_be_bytes());
+    let ct = s
+        .encrypt(
+            &Mechanism::AesGcm(GcmParams::new(&mut iv, b"aad", 128.into()).unwrap()),
+            k.aes,
+            &data,
+        )
+        .unwrap_or_else(|e| panic!("{ctx}: C_Encrypt AES-GCM: {e:?}"));
+    assert_eq!(ct.len(), data.len() + 16, "{ctx}");
+    let pt = s
+        .decrypt(
+            &Mechanism::AesGcm(GcmParams::new(&mut iv, b"aad", 128.into()).unwrap()),
+            k.aes,
+            &ct,
+        )
+        .unwrap_or_else(|e| panic!("{ctx}: C_Decrypt AES-GCM: {e:?}"));
+    assert_eq!(pt, data, "{ctx}: decrypt gives the plaintext back");
+
+    // SHA-256.
+    let d = s
+        .digest(&Mechanism::Sha256, b"abc")
+        .unwrap_or_else(|e| panic!("{ctx}: C_Digest: {e:?}"));
+    assert_eq!(hex(&d), SHA256_ABC, "{ctx}");
+
+    // HMAC-SHA256.
+    let mac = s
+        .sign(&Mechanism::Sha256Hmac, k.hmac, &data)
+        .unwrap_or_else(|e| panic!("{ctx}: C_Sign HMAC: {e:?}"));
+    assert_eq!(mac.len(), 32, "{ctx}");
+    s.verify(&Mechanism::Sha256Hmac, k.hmac, &data, &mac)
+        .unwrap_or_else(|e| panic!("{ctx}: C_Verify HMAC: {e:?}"));
+
+    // ECDSA P-256 with SHA-256.
+    let sig = s
+        .sign(&Mechanism::EcdsaSha256, k.ec_priv, &data)
+        .unwrap_or_else(|e| panic!("{ctx}: C_Sign ECDSA: {e:?}"));
+    s.verify(&Mechanism::EcdsaSha256, k.ec_pub, &data, &sig)
+        .unwrap_or_else(|e| panic!("{ctx}: C_Verify ECDSA: {e:?}"));
+
+    // Now and then a wrong signature: the answer is the real one, not the fault.
+    if i.is_multiple_of(25) {
+        let mut bad = sig.clone();
+        let n = bad.len();
+        bad[n / 2] ^= 1;
+        assert!(
+            matches!(
+                s.verify(&Mechanism::EcdsaSha256, k.ec_pub, &data, &bad),
+                Err(Error::Pkcs11(RvError::SignatureInvalid, _))
+            ),
+            "{ctx}: a bad ECDSA signature is refused"
+        );
+        let mut bad = mac.clone();
+        bad[0] ^= 1;
+        assert!(
+            matches!(
+                s.verify(&Mechanism::Sha256Hmac, k.hmac, &data, &bad),
+                Err(Error::Pkcs11(RvError::SignatureInvalid, _))
+            ),
+            "{ctx}: a bad HMAC is refused"
+        );
+    }
+}
+
+/// Four threads, each with its own slot-0 session, `ITERATIONS` rounds each.
+fn hammer(p: &Pkcs11, k: &Keys) {
+    let meta = slot0(p);
+    std::thread::scope(|sc| {
+        for t in 0..THREADS {
+            sc.spawn(move || {
+                let s = p.open_rw_session(meta).expect("C_OpenSession on slot 0");
+                for i in 0..ITERATIONS {
+                    round(&s, k, t, i);
+                }
+            });
+        }
+    });
+}
+
+/// Secret keys visible in the faulty provider's own slot (pass-through): the clones the
+/// metaslot made there.
+fn secret_keys_in_faulty(p: &Pkcs11) -> usize {
+    let s = p
+        .open_ro_session(slot_labelled(p, "OpenCF Faulty"))
+        .unwrap();
+    s.find_objects(&[Attribute::Class(ObjectClass::SECRET_KEY)])
+        .unwrap()
+        .len()
+}
+
+fn failover_under(mode: &str) {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load(mode, mode);
+    // The faulty provider is first and is not the keystore.
+    let ids: Vec<u64> = p.get_all_slots().unwrap().iter().map(|s| s.id()).collect();
+    let faulty = slot_labelled(&p, "OpenCF Faulty");
+    let soft = slot_labelled(&p, "OpenCF Softtoken");
+    assert!(
+        faulty.id() < soft.id(),
+        "faulty provider's slots come first: {ids:?}"
+    );
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let k = make_keys(&s);
+    hammer(&p, &k);
+    drop(s);
+    p.finalize().unwrap();
+}
+
+#[test]
+fn failover_on_device_error() {
+    failover_under("device-error");
+}
+
+#[test]
+fn failover_on_busy() {
+    failover_under("busy");
+}
+
+/// Inits succeed in the faulty provider, the single-part calls then fail: the framework must
+/// re-run the whole operation in the next provider.
+#[test]
+fn failover_of_single_part_calls() {
+    failover_under("op-error");
+}
+
+/// With no fault the faulty provider, first in the list, runs the operations: the keys it was
+/// given (clones of the keystore's keys) appear in its own slot, and the results are correct.
+#[test]
+fn no_fault_runs_in_first_provider() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, switch) = load("nofault", "none");
+    assert_eq!(secret_keys_in_faulty(&p), 0, "fresh faulty token");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let k = make_keys(&s);
+    assert_eq!(
+        secret_keys_in_faulty(&p),
+        0,
+        "key generation runs in the keystore, not in the faulty provider"
+    );
+    round(&s, &k, 0, 0);
+    // AES and HMAC keys were cloned into the faulty provider, which ran the operations.
+    assert_eq!(
+        secret_keys_in_faulty(&p),
+        2,
+        "clones of the AES and HMAC keys"
+    );
+    let fs = p
+        .open_ro_session(slot_labelled(&p, "OpenCF Faulty"))
+        .unwrap();
+    let clones = fs
+        .find_objects(&[Attribute::Class(ObjectClass::SECRET_KEY)])
+        .unwrap();
+    let mut types: Vec<_> = clones
+        .iter()
+        .map(
+            |h| match &fs.get_attributes(*h, &[AttributeType::KeyType]).unwrap()[0] {
+                Attribute::KeyType(t) => *t,
+                a => panic!("{a:?}"),
+            },
+        )
+        .collect();
+    types.sort_by_key(|t| u64::from(*t));
+    assert_eq!(types, vec![KeyType::GENERIC_SECRET, KeyType::AES]);
+    drop(fs);
+
+    // The fault switch takes effect on the next call while the module stays loaded.
+    std::fs::write(&switch, "device-error").unwrap();
+    hammer(&p, &k);
+    std::fs::write(&switch, "none").unwrap();
+    round(&s, &k, 0, 1);
+    drop(s);
+    p.finalize().unwrap();
+}

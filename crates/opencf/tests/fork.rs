@@ -1,0 +1,82 @@
+//! Fork: `pkcs11-tool --test-fork` (OpenSC) initializes libopencf.so, forks, and calls
+//! `C_Initialize` in the child, which must re-initialize the framework and its providers.
+//! Skipped, with a note, where `pkcs11-tool` is not installed.
+//!
+//! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The newer of `target/release/libopencf.so` and `target/release/deps/libopencf.so`.
+fn framework_lib() -> PathBuf {
+    let top = root().join("target/release/libopencf.so");
+    let deps = root().join("target/release/deps/libopencf.so");
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (age(&top), age(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => top,
+    }
+}
+
+#[test]
+fn pkcs11_tool_test_fork() {
+    if Command::new("pkcs11-tool").arg("--help").output().is_err() {
+        eprintln!("pkcs11-tool not installed: fork test skipped");
+        return;
+    }
+    let softtoken = root().join("target/release/libopencf_softtoken.so");
+    assert!(
+        softtoken.exists(),
+        "cargo build --release -p opencf-softtoken"
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "fork-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let ks = dir.join("softtoken");
+    std::fs::create_dir_all(&ks).unwrap();
+    let conf = dir.join("opencf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n\n\
+             [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
+            softtoken.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("pkcs11-tool")
+        .arg("--module")
+        .arg(framework_lib())
+        .arg("--test-fork")
+        .env("OPENCF_CONF", &conf)
+        .env("OPENCF_SOFTTOKEN_DIR", &ks)
+        .env_remove("OPENCF_METASLOT_ENABLED")
+        .env_remove("OPENCF_METASLOT_KEYSTORE")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "pkcs11-tool --test-fork:\n{text}");
+    assert!(
+        text.contains("Calling C_Initialize in forked child process"),
+        "{text}"
+    );
+    assert!(!text.to_lowercase().contains("error"), "{text}");
+}

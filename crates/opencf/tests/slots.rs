@@ -1,0 +1,164 @@
+//! Stable slot IDs: two processes with the same config see the same slot ID → token map, and
+//! appending a provider to the config leaves the IDs of the providers before it unchanged.
+//!
+//! Each process is this test binary run again with `OPENCF_SLOTS_CHILD` set, filtered to
+//! [`slots_child`], which prints one `SLOT <id> <token label>` line per slot.
+//!
+//! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
+
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_path_buf()
+}
+
+fn release(name: &str) -> PathBuf {
+    let p = root().join("target/release").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf",
+        p.display()
+    );
+    p
+}
+
+/// The newer of `target/release/libopencf.so` and `target/release/deps/libopencf.so`.
+fn framework_lib() -> PathBuf {
+    let top = root().join("target/release/libopencf.so");
+    let deps = root().join("target/release/deps/libopencf.so");
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (age(&top), age(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => release("libopencf.so"),
+    }
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("slots-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Not a test on its own: in a child process (`OPENCF_SLOTS_CHILD` set) it loads the framework
+/// with the environment it was given and prints its slots.
+#[test]
+fn slots_child() {
+    if std::env::var_os("OPENCF_SLOTS_CHILD").is_none() {
+        return;
+    }
+    let p = Pkcs11::new(framework_lib()).expect("load libopencf.so");
+    p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+        .expect("C_Initialize");
+    for s in p.get_all_slots().unwrap() {
+        let label = match p.get_token_info(s) {
+            Ok(t) => t.label().to_string(),
+            Err(_) => "<no token>".to_string(),
+        };
+        let desc = p.get_slot_info(s).unwrap().slot_description().to_string();
+        // A line of its own: libtest has already printed "test slots_child ... ".
+        println!("\nSLOT {} {label} | {desc}", s.id());
+    }
+    p.finalize().unwrap();
+}
+
+/// Runs [`slots_child`] in a new process over `conf` and returns slot ID → "label | slot".
+fn slots_in_child(conf: &Path, keystore: &Path) -> BTreeMap<u64, String> {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "slots_child", "--nocapture", "--test-threads=1"])
+        .env("OPENCF_SLOTS_CHILD", "1")
+        .env("OPENCF_CONF", conf)
+        .env("OPENCF_SOFTTOKEN_DIR", keystore)
+        .env("OPENCF_FAULTY_INNER", release("libopencf_softtoken.so"))
+        .env_remove("OPENCF_FAULTY_MODE")
+        .env_remove("OPENCF_FAULTY_SWITCH")
+        .env_remove("OPENCF_METASLOT_ENABLED")
+        .env_remove("OPENCF_METASLOT_KEYSTORE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map: BTreeMap<u64, String> = stdout
+        .lines()
+        .filter_map(|l| l.find("SLOT ").map(|at| &l[at + 5..]))
+        .map(|l| {
+            let (id, rest) = l.split_once(' ').unwrap();
+            (id.parse().unwrap(), rest.to_string())
+        })
+        .collect();
+    assert!(!map.is_empty(), "child listed no slots:\n{stdout}");
+    map
+}
+
+fn provider(name: &str, module: &Path) -> String {
+    format!(
+        "\n[[provider]]\nname = \"{name}\"\nmodule = \"{}\"\n",
+        module.display()
+    )
+}
+
+#[test]
+fn slot_ids_are_stable_across_processes_and_appends() {
+    let dir = fresh_dir("stable");
+    let ks = dir.join("softtoken");
+    std::fs::create_dir_all(&ks).unwrap();
+    let head = "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n".to_string();
+    let two = head.clone()
+        + &provider("softtoken", &release("libopencf_softtoken.so"))
+        + &provider("faulty", &release("libopencf_faulty.so"));
+    let conf = dir.join("opencf.toml");
+    std::fs::write(&conf, &two).unwrap();
+
+    let first = slots_in_child(&conf, &ks);
+    let second = slots_in_child(&conf, &ks);
+    assert_eq!(first, second, "same config, same slot map in two processes");
+    assert!(
+        first
+            .get(&0)
+            .is_some_and(|v| v.starts_with("OpenCF Metaslot")),
+        "{first:?}"
+    );
+    assert!(
+        first.values().any(|v| v.starts_with("OpenCF Softtoken"))
+            && first.values().any(|v| v.starts_with("OpenCF Faulty")),
+        "{first:?}"
+    );
+
+    // A provider appended at the end (cryptoadm install without before=): the existing IDs
+    // keep their tokens; the new provider's slots come after them.
+    let faulty2 = dir.join("libopencf_faulty2.so");
+    std::fs::copy(release("libopencf_faulty.so"), &faulty2).unwrap();
+    std::fs::write(&conf, two + &provider("faulty2", &faulty2)).unwrap();
+    let third = slots_in_child(&conf, &ks);
+    for (id, tok) in &first {
+        assert_eq!(
+            third.get(id),
+            Some(tok),
+            "slot {id} kept its token after the append: before {first:?}, after {third:?}"
+        );
+    }
+    let max_before = *first.keys().max().unwrap();
+    let added: Vec<_> = third.keys().filter(|id| **id > max_before).collect();
+    assert!(!added.is_empty(), "the new provider's slots: {third:?}");
+    assert_eq!(
+        third.len(),
+        first.len() + added.len(),
+        "{first:?} → {third:?}"
+    );
+}

@@ -8,9 +8,19 @@
 #   larger, RSA-2048 SHA256_RSA_PKCS, ECDSA P-256, find among 10,000 token
 #   objects), 1 and 2 threads, --native, and SoftHSMv2 when it is installed.
 #
+#        scripts/bench.sh --framework [cfspeed arguments...]
+#   The framework's overhead (issue 3, point 7): slot 0 (the metaslot) of
+#   libopencf.so with zero configuration (OPENCF_CONF unset, XDG_CONFIG_HOME an
+#   empty directory, so the built-in default loads the softtoken beside
+#   libopencf.so) against libopencf_softtoken.so loaded directly as
+#   --vs-module, in the same cfspeed run and on the same fresh keystore.
+#   With no further arguments: CKM_AES_GCM (16 bytes) and CKM_SHA256_RSA_PKCS,
+#   1 thread, --runs 11.
+#
 # Environment: MODULE (default target/release/libopencf_softtoken.so),
 #              CFSPEED (default target/release/cfspeed),
 #              SOFTHSM (default /usr/lib/softhsm/libsofthsm2.so),
+#              FRAMEWORK (with --framework; default target/release/libopencf.so),
 #              KEEP_WORKDIR=1 keeps the temporary keystores.
 set -euo pipefail
 
@@ -19,6 +29,12 @@ MODULE="${MODULE:-$ROOT/target/release/libopencf_softtoken.so}"
 CFSPEED="${CFSPEED:-$ROOT/target/release/cfspeed}"
 SOFTHSM="${SOFTHSM:-/usr/lib/softhsm/libsofthsm2.so}"
 PIN="bench-pin-1357"
+
+FRAMEWORK_MODE=0
+if [ "${1:-}" = "--framework" ]; then
+    FRAMEWORK_MODE=1
+    shift
+fi
 
 for f in "$MODULE" "$CFSPEED"; do
     [ -e "$f" ] || { echo "bench: $f not found; run cargo build --release -p opencf-softtoken -p cfspeed" >&2; exit 1; }
@@ -35,6 +51,28 @@ fi
 mkdir -p "$WORK/softtoken"
 export OPENCF_SOFTTOKEN_DIR="$WORK/softtoken"
 ours=(--module "$MODULE" --pin changeme --new-pin "$PIN")
+
+if [ "$FRAMEWORK_MODE" = 1 ]; then
+    FRAMEWORK="${FRAMEWORK:-$ROOT/target/release/libopencf.so}"
+    [ -e "$FRAMEWORK" ] || { echo "bench: $FRAMEWORK not found; run cargo build --release -p opencf" >&2; exit 1; }
+    # Zero configuration: no OPENCF_CONF, an empty per-user config directory, and no
+    # system-wide config either, so the built-in default applies.
+    if [ -e /etc/opencf/opencf.toml ]; then
+        echo "bench: /etc/opencf/opencf.toml exists; --framework measures the zero-config default" >&2
+        exit 1
+    fi
+    unset OPENCF_CONF OPENCF_METASLOT_ENABLED OPENCF_METASLOT_KEYSTORE
+    mkdir -p "$WORK/xdg"
+    export XDG_CONFIG_HOME="$WORK/xdg"
+    # Slot 0 changes the keystore's expired PIN (C_SetPIN goes to the keystore token); the
+    # softtoken loaded directly opens the same keystore and logs in with the new PIN.
+    if [ $# -eq 0 ]; then
+        set -- CKM_AES_GCM CKM_SHA256_RSA_PKCS --sizes 16 --runs 11
+    fi
+    "$CFSPEED" --module "$FRAMEWORK" --slot 0 --pin changeme --new-pin "$PIN" \
+        --vs-module "$MODULE" --vs-pin "$PIN" "$@"
+    exit
+fi
 
 # SoftHSMv2, when installed: a fresh token with PIN 1234.
 vs=()

@@ -3,13 +3,20 @@
 # a fresh token in a temporary keystore, the default PIN changed, an RSA and an
 # EC key pair generated inside the token, a file signed by the token and the
 # signature verified by openssl with the exported public key.
+# Then the framework, libopencf.so, with no configuration at all: the metaslot
+# (slot 0) over the same keystore, `cryptoadm list -v`, a key pair generated
+# and used through slot 0, and how to point an application at libopencf.so.
 #
 # Environment: MODULE (default target/release/libopencf_softtoken.so),
+#              FRAMEWORK (default target/release/libopencf.so),
+#              CRYPTOADM (default target/release/cryptoadm),
 #              KEEP_WORKDIR=1 keeps the temporary keystore and files.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODULE="${MODULE:-$ROOT/target/release/libopencf_softtoken.so}"
+FRAMEWORK="${FRAMEWORK:-$ROOT/target/release/libopencf.so}"
+CRYPTOADM="${CRYPTOADM:-$ROOT/target/release/cryptoadm}"
 TOKEN_LABEL="OpenCF Softtoken"
 DEFAULT_PIN="changeme"
 NEW_PIN="demo-pin-2468"
@@ -38,6 +45,8 @@ show() {
         if [[ "$arg" =~ [[:space:]] ]]; then line+=" '$arg'"; else line+=" $arg"; fi
     done
     line="${line/#\$ p11 /\$ pkcs11-tool --module \$MODULE }"
+    line="${line/#\$ fw /\$ pkcs11-tool --module \$FRAMEWORK }"
+    line="${line/#\$ $CRYPTOADM /\$ cryptoadm }"
     line="${line//$WORK/\$WORK}"
     printf '%s%s%s\n' "$DIM" "$line" "$RESET"
     "$@"
@@ -46,7 +55,9 @@ show() {
 for tool in pkcs11-tool openssl; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found: run 'make deps' first"
 done
-[ -f "$MODULE" ] || die "module not found: $MODULE (run 'make build')"
+for f in "$MODULE" "$FRAMEWORK" "$CRYPTOADM"; do
+    [ -f "$f" ] || die "not found: $f (run 'make build')"
+done
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/opencf-demo.XXXXXX")"
 cleanup() {
@@ -125,7 +136,53 @@ sign_and_verify() {
 sign_and_verify 01 SHA256-RSA-PKCS rsa
 sign_and_verify 02 ECDSA-SHA256 ec --signature-format openssl
 
+# ---------------------------------------------------------------------------
+# The framework: libopencf.so with zero configuration.
+# ---------------------------------------------------------------------------
+# No OPENCF_CONF, an empty per-user config directory (XDG_CONFIG_HOME), no
+# system-wide file: the built-in default loads the softtoken found beside
+# libopencf.so, and slot 0, the metaslot, keeps its keys in the softtoken's
+# keystore (the same OPENCF_SOFTTOKEN_DIR as above). Only read-only cryptoadm
+# listings are run here.
+unset OPENCF_CONF OPENCF_METASLOT_ENABLED OPENCF_METASLOT_KEYSTORE
+export XDG_CONFIG_HOME="$WORK/xdg"
+mkdir -p "$XDG_CONFIG_HOME"
+fw() { pkcs11-tool --module "$FRAMEWORK" "$@" </dev/null 2>&1; }
+
+heading "The framework, libopencf.so, with no configuration file"
+note "\$FRAMEWORK = $FRAMEWORK"
+note "XDG_CONFIG_HOME=\$WORK/xdg (empty), OPENCF_CONF unset: the built-in default applies"
+[ -e /etc/opencf/opencf.toml ] && note "(note: /etc/opencf/opencf.toml exists and is used instead of the built-in default)"
+show "$CRYPTOADM" list
+show "$CRYPTOADM" list metaslot
+show fw --list-slots
+fw --list-slots | grep -q 'OpenCF Metaslot' || die "slot 0 is not the metaslot"
+ok "slot 0 is the OpenCF Metaslot, the softtoken's own slots follow"
+
+heading "cryptoadm list -v: slots, tokens and mechanisms of every provider"
+printf '%s$ cryptoadm list -v | head -40%s\n' "$DIM" "$RESET"
+"$CRYPTOADM" list -v >"$WORK/cryptoadm-list-v.txt" 2>&1 || die "cryptoadm list -v failed"
+head -40 "$WORK/cryptoadm-list-v.txt"
+note "($(wc -l <"$WORK/cryptoadm-list-v.txt") lines in all)"
+
+FW_LOGIN=(--slot 0 --login --pin "$NEW_PIN")
+heading "Keys generated and used through slot 0 (the metaslot)"
+note "Login goes to the keystore token: the softtoken PIN changed above."
+show fw "${FW_LOGIN[@]}" --keypairgen --key-type rsa:2048 --id 11 --label metaslot-rsa
+show fw "${FW_LOGIN[@]}" --list-objects --type privkey
+show fw "${FW_LOGIN[@]}" --read-object --type pubkey --id 11 -o "$WORK/meta.pub.der"
+show openssl pkey -pubin -inform DER -in "$WORK/meta.pub.der" -out "$WORK/meta.pub.pem"
+show fw "${FW_LOGIN[@]}" --sign --id 11 -m SHA256-RSA-PKCS -i "$DOC" -o "$WORK/meta.sig"
+show openssl dgst -sha256 -verify "$WORK/meta.pub.pem" -signature "$WORK/meta.sig" "$DOC" \
+    || die "openssl did not verify the signature made through slot 0"
+ok "RSA-2048 key pair generated through slot 0; its signature verifies with openssl"
+note "The key lives in the keystore token: it is also listed on the softtoken's own slot."
+show p11 "${LOGIN[@]}" --list-objects --type privkey | grep -E 'label|ID'
+
 heading "Done"
 ok "token created, PIN changed, RSA and EC keys generated, signatures verified"
-echo "Point any PKCS#11 application at $MODULE"
-echo "with OPENCF_SOFTTOKEN_DIR set to choose the keystore directory."
+ok "libopencf.so with no configuration: metaslot at slot 0, key generated and used there"
+echo "How to use: point any PKCS#11 application at $FRAMEWORK and use slot 0 (the metaslot);"
+echo "e.g. pkcs11-tool --module $FRAMEWORK --slot 0 --login --list-objects"
+echo "(no config: the softtoken beside libopencf.so; OPENCF_SOFTTOKEN_DIR chooses its keystore;"
+echo " 'cryptoadm list' shows the providers, 'cryptoadm install provider=PATH' adds one)."

@@ -45,6 +45,7 @@ use opencf_abi::sys::*;
 use opencf_abi::*;
 use providers::Prov;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -68,24 +69,54 @@ pub enum Sess {
 
 const SHARDS: usize = 64;
 
+/// A cheap hasher for the framework's integer keys (session handles, mechanism types): one
+/// multiply and a fold, instead of SipHash on every call. The keys come from the application,
+/// which shares the process, so hash flooding is not a concern.
+#[derive(Default, Clone, Copy)]
+pub struct UlongHasher(u64);
+
+impl Hasher for UlongHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        let x = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Fold the well-mixed high bits into the low bits, which pick the bucket.
+        self.0 = x ^ (x >> 29);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64)
+    }
+}
+
+/// A `HashMap` keyed by an integer, with [`UlongHasher`].
+pub type UlongMap<K, V> = HashMap<K, V, BuildHasherDefault<UlongHasher>>;
+
 /// Framework sessions in sharded maps: a thread working on its own session takes only a shard's
 /// read lock.
 pub struct Sessions {
-    shards: Vec<RwLock<HashMap<CK_SESSION_HANDLE, Arc<Sess>>>>,
+    shards: Vec<RwLock<UlongMap<CK_SESSION_HANDLE, Arc<Sess>>>>,
     next: AtomicU64,
 }
 
 impl Default for Sessions {
     fn default() -> Self {
         Sessions {
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| RwLock::new(UlongMap::default()))
+                .collect(),
             next: AtomicU64::new(1),
         }
     }
 }
 
 impl Sessions {
-    fn shard(&self, h: CK_SESSION_HANDLE) -> &RwLock<HashMap<CK_SESSION_HANDLE, Arc<Sess>>> {
+    fn shard(&self, h: CK_SESSION_HANDLE) -> &RwLock<UlongMap<CK_SESSION_HANDLE, Arc<Sess>>> {
         &self.shards[(h as usize) % SHARDS]
     }
     /// Adds a session and returns its new handle.

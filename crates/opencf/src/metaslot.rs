@@ -54,15 +54,52 @@ pub struct Bound {
     pub h: CK_SESSION_HANDLE,
 }
 
+/// Candidate providers of an operation, in config order: up to four held inline, so that an
+/// init allocates nothing for them.
+#[derive(Clone, Debug, Default)]
+pub struct Cands {
+    len: usize,
+    inline: [usize; 4],
+    more: Vec<usize>,
+}
+
+impl Cands {
+    /// Appends a provider index.
+    pub fn push(&mut self, p: usize) {
+        if self.more.is_empty() && self.len < self.inline.len() {
+            self.inline[self.len] = p;
+            self.len += 1;
+        } else {
+            if self.more.is_empty() {
+                self.more.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.more.push(p);
+        }
+    }
+}
+
+impl std::ops::Deref for Cands {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        if self.more.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.more
+        }
+    }
+}
+
 /// An active operation of a metaslot session.
 #[derive(Debug)]
 pub struct Op {
-    /// The mechanism.
+    /// The mechanism. Its parameter is kept only while another candidate may still have to
+    /// run the operation (binding deferred, or a later candidate for failover); otherwise it is
+    /// `Mechanism::new(type)`, saving a copy of the parameter on every init.
     pub mech: Mechanism,
     /// The metaslot (= keystore) key handle, if the operation has one.
     pub key: Option<CK_OBJECT_HANDLE>,
     /// Candidate providers, in config order.
-    pub cands: Vec<usize>,
+    pub cands: Cands,
     /// The provider running it; `None` while binding waits for the data length (a candidate
     /// has a `min_bytes` threshold for the mechanism).
     pub bound: Option<Bound>,

@@ -22,7 +22,7 @@ pub struct Prov {
     /// Token label of [`Prov::meta_slot`].
     pub label: Option<String>,
     /// Mechanisms of [`Prov::meta_slot`] that the policy allows.
-    pub mechs: HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+    pub mechs: crate::UlongMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
     /// A session the framework owns on [`Prov::meta_slot`], holding key clones (session objects
     /// are visible to every session of the process on that token). Opened on first use.
     pub internal: Mutex<Option<CK_SESSION_HANDLE>>,
@@ -115,7 +115,7 @@ fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
             break;
         }
     }
-    let mut mechs = HashMap::new();
+    let mut mechs = crate::UlongMap::default();
     if let Some(s) = meta_slot {
         for m in p.get_mechanism_list(s).unwrap_or_default() {
             if !cfg.allows(m) {

@@ -1,7 +1,7 @@
 //! Routing of metaslot operations: candidate providers, key clones, binding an operation to
 //! the first provider whose init succeeds, and failover on recoverable errors.
 
-use crate::metaslot::{Bound, MetaSession, Op, OpKind};
+use crate::metaslot::{Bound, Cands, MetaSession, Op, OpKind};
 use crate::providers::Provider;
 use crate::OpenCf;
 use opencf_abi::sys::*;
@@ -134,6 +134,17 @@ impl OpenCf {
             .collect()
     }
 
+    /// [`OpenCf::candidates`] without allocating (for a few providers).
+    pub fn candidate_set(&self, mech: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> Cands {
+        let mut c = Cands::default();
+        for (i, p) in self.providers.iter().enumerate() {
+            if p.mechs.get(&mech).is_some_and(|i| i.flags & flag != 0) {
+                c.push(i);
+            }
+        }
+        c
+    }
+
     /// The metaslot session's session in provider `prov`, opened on first use.
     pub fn session_in(&self, ms: &mut MetaSession, prov: usize) -> CkResult<CK_SESSION_HANDLE> {
         if prov == self.meta()?.keystore {
@@ -251,7 +262,7 @@ impl OpenCf {
     fn wrap_mechs(&self, prov: usize) -> Option<(CK_MECHANISM_TYPE, CK_MECHANISM_TYPE)> {
         let ks = &self.providers[self.meta.as_ref()?.keystore].mechs;
         let t = &self.providers[prov].mechs;
-        let can = |m: &std::collections::HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>, k, f| {
+        let can = |m: &crate::UlongMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>, k, f| {
             m.get(&k).is_some_and(|i| i.flags & f != 0)
         };
         [
@@ -341,11 +352,27 @@ impl OpenCf {
         start: usize,
         len: Option<usize>,
     ) -> CkResult<()> {
+        let mech = std::mem::replace(&mut op.mech, Mechanism::new(0));
+        let r = self.bind_with(ms, kind, op, &mech, start, len);
+        op.mech = mech;
+        r
+    }
+
+    /// [`OpenCf::bind`] with the mechanism given apart from `op` (whose `mech` is not read).
+    fn bind_with(
+        &self,
+        ms: &mut MetaSession,
+        kind: OpKind,
+        op: &mut Op,
+        mech: &Mechanism,
+        start: usize,
+        len: Option<usize>,
+    ) -> CkResult<()> {
         let mut last = CKR_MECHANISM_INVALID;
         for i in start..op.cands.len() {
             let prov = op.cands[i];
             let pc = &self.providers[prov].cfg;
-            if let (Some(len), Some(min)) = (len, pc.min_bytes(op.mech.mechanism)) {
+            if let (Some(len), Some(min)) = (len, pc.min_bytes(mech.mechanism)) {
                 if (len as u64) < min && i + 1 < op.cands.len() {
                     continue;
                 }
@@ -372,7 +399,7 @@ impl OpenCf {
                     Err(e) => return Err(e),
                 },
             };
-            match self.init_on(kind, self.p(prov), h, &op.mech, pkey, &op.extra) {
+            match self.init_on(kind, self.p(prov), h, mech, pkey, &op.extra) {
                 Ok(()) => {
                     op.bound = Some(Bound { idx: i, prov, h });
                     return Ok(());
@@ -397,22 +424,23 @@ impl OpenCf {
         if ms.ops[kind as usize].is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let cands = self.candidates(mech.mechanism, kind.flag());
+        let cands = self.candidate_set(mech.mechanism, kind.flag());
         if cands.is_empty() {
             return Err(CKR_MECHANISM_INVALID);
         }
+        let defer = cands
+            .iter()
+            .any(|&p| self.providers[p].cfg.min_bytes(mech.mechanism).is_some());
         let mut op = Op {
-            mech: mech.clone(),
+            // The parameter is copied only when it may be needed again (below).
+            mech: Mechanism::new(mech.mechanism),
             key,
             cands,
             bound: None,
             extra: extra.to_vec(),
         };
-        let defer = op
-            .cands
-            .iter()
-            .any(|&p| self.providers[p].cfg.min_bytes(mech.mechanism).is_some());
         if defer {
+            op.mech = mech.clone();
             // Bind when the data length is known; check the key now.
             if let Some(k) = key {
                 let ks = self.p(self.meta()?.keystore);
@@ -426,7 +454,11 @@ impl OpenCf {
                     })?;
             }
         } else {
-            self.bind(&mut ms, kind, &mut op, 0, None)?;
+            self.bind_with(&mut ms, kind, &mut op, mech, 0, None)?;
+            // A later candidate may have to re-run the operation (failover).
+            if op.bound.is_some_and(|b| b.idx + 1 < op.cands.len()) {
+                op.mech = mech.clone();
+            }
         }
         ms.ops[kind as usize] = Some(op);
         Ok(())

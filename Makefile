@@ -27,7 +27,7 @@ export MODULE VENV
 PYTEST_ARGS ?= -q
 FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot
+TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm
 
 .PHONY: help deps build test test-suites run fmt format lint clean fuzz $(addprefix suite-,$(TEST_SUITES))
 
@@ -83,6 +83,9 @@ suite-pkcs11-tool:
 
 suite-metaslot:
 	tests/consumers/metaslot.sh
+
+suite-cryptoadm-softhsm:
+	tests/consumers/cryptoadm-softhsm.sh
 
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python

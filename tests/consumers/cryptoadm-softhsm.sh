@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# cryptoadm with a third-party provider: install SoftHSMv2 next to the softtoken, generate an EC
+# key through slot 0 (so it is stored in the softtoken keystore), disable the softtoken's ECDSA
+# and show that an ECDSA signature on slot 0 is then computed inside SoftHSMv2 and verifies with
+# openssl; enable it again and uninstall SoftHSMv2.
+#
+# Where the signature ran is proven in one process (python-pkcs11 from .venv), because the
+# framework's clone of the key is a session object of SoftHSMv2 and lives only as long as the
+# process that made it: sign through slot 0, then look in SoftHSMv2's own slot of the same
+# libopencf.so instance for the clone (a private key labelled "ec", CKA_TOKEN false). Before
+# the signature there is none; with the softtoken's ECDSA enabled again a signature makes none.
+#
+# Environment:
+#   LIB_DIR   directory with libopencf.so, libopencf_softtoken.so, cryptoadm (default target/release)
+#   SOFTHSM   SoftHSMv2 module (default /usr/lib/softhsm/libsofthsm2.so)
+#   PYTHON    python with python-pkcs11 (default .venv/bin/python)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+LIB_DIR="${LIB_DIR:-$ROOT/target/release}"
+LIB="$LIB_DIR/libopencf.so"
+SOFTTOKEN="$LIB_DIR/libopencf_softtoken.so"
+SOFTHSM="${SOFTHSM:-/usr/lib/softhsm/libsofthsm2.so}"
+PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+for f in "$LIB" "$SOFTTOKEN" "$LIB_DIR/cryptoadm"; do
+    [ -e "$f" ] || { echo "cryptoadm-softhsm: $f not built (cargo build --release)" >&2; exit 1; }
+done
+[ -e "$SOFTHSM" ] || { echo "cryptoadm-softhsm: $SOFTHSM not installed (apt-get install softhsm2)" >&2; exit 1; }
+command -v softhsm2-util >/dev/null || { echo "cryptoadm-softhsm: softhsm2-util not found" >&2; exit 1; }
+"$PYTHON" -c 'import pkcs11' 2>/dev/null || { echo "cryptoadm-softhsm: $PYTHON lacks python-pkcs11" >&2; exit 1; }
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/opencf-cryptoadm-softhsm.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+CONF="$WORK/opencf.toml"
+mkdir -p "$WORK/keystore" "$WORK/xdg" "$WORK/softhsm-tokens"
+printf 'directories.tokendir = %s\nobjectstore.backend = file\n' "$WORK/softhsm-tokens" >"$WORK/softhsm2.conf"
+export OPENCF_CONF="$CONF" OPENCF_SOFTTOKEN_DIR="$WORK/keystore" XDG_CONFIG_HOME="$WORK/xdg" \
+    OPENCF_LIB_DIR="$LIB_DIR" SOFTHSM2_CONF="$WORK/softhsm2.conf"
+unset OPENCF_METASLOT_ENABLED OPENCF_METASLOT_KEYSTORE
+PIN=cryptoadm-pin-42
+passed=0 failed=0
+
+pass() { echo "PASS $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; [ -n "${2:-}" ] && echo "$2" | tail -20; failed=$((failed + 1)); }
+
+step() { # name, command...: exit 0 and no failure marker in the output
+    local name="$1"; shift
+    local out
+    if out="$("$@" 2>&1)" && ! grep -qiE 'failed|error:|Aborting' <<<"$out"; then
+        pass "$name"
+    else
+        fail "$name" "$out"
+    fi
+}
+
+expect() { # name, pattern, command...: the output matches pattern
+    local name="$1" pattern="$2"; shift 2
+    local out
+    out="$("$@" 2>&1 || true)"
+    if grep -qE -- "$pattern" <<<"$out"; then pass "$name"; else fail "$name (no '$pattern')" "$out"; fi
+}
+
+refuse() { # name, pattern, command...: the output does not match pattern
+    local name="$1" pattern="$2"; shift 2
+    local out
+    out="$("$@" 2>&1 || true)"
+    if grep -qE -- "$pattern" <<<"$out"; then fail "$name (found '$pattern')" "$out"; else pass "$name"; fi
+}
+
+json() { # name, python expression over `d` (the parsed JSON) and prov(NAME), cryptoadm arguments...
+    local name="$1" expr="$2"; shift 2
+    local out
+    if out="$(ADM --json "$@" 2>&1)" &&
+        "$PYTHON" -c "import json,sys
+d = json.loads(sys.stdin.read())
+prov = lambda n: next(p for p in d['providers'] if p['name'] == n)
+sys.exit(0 if ($expr) else 1)" <<<"$out"; then
+        pass "$name"
+    else
+        fail "$name" "$out"
+    fi
+}
+
+ADM() { "$LIB_DIR/cryptoadm" --config "$CONF" "$@"; }
+P11="pkcs11-tool --module $LIB"
+
+# The in-process proof. Prints "clones-before N", "signature OK", "clones-after N" and, for
+# each clone, "clone token=BOOL"; also whether the softtoken's own slot lists CKM_ECDSA.
+cat >"$WORK/route.py" <<'PY'
+import hashlib
+import sys
+import pkcs11
+from pkcs11 import Attribute, Mechanism, ObjectClass
+
+lib = pkcs11.lib(sys.argv[1])
+pin = sys.argv[2]
+tokens = {s.get_token().label.strip(): s for s in lib.get_slots(token_present=True)}
+meta, hsm, soft = tokens["OpenCF Metaslot"], tokens["softhsm"], tokens["OpenCF Softtoken"]
+
+def clones():
+    with hsm.get_token().open() as hs:
+        found = list(hs.get_objects({Attribute.CLASS: ObjectClass.PRIVATE_KEY, Attribute.LABEL: "ec"}))
+        return [bool(o[Attribute.TOKEN]) for o in found]
+
+print("softtoken-lists-ecdsa", Mechanism.ECDSA in soft.get_mechanisms())
+print("clones-before", len(clones()))
+with meta.get_token().open(user_pin=pin) as s:
+    priv = s.get_key(object_class=ObjectClass.PRIVATE_KEY, label="ec")
+    pub = s.get_key(object_class=ObjectClass.PUBLIC_KEY, label="ec")
+    digest = hashlib.sha256(b"signed through slot 0\n").digest()
+    sig = priv.sign(digest, mechanism=Mechanism.ECDSA)
+    print("signature", "OK" if pub.verify(digest, sig, mechanism=Mechanism.ECDSA) else "BAD")
+    after = clones()
+print("clones-after", len(after))
+for t in after:
+    print("clone token=%s" % t)
+PY
+ROUTE=("$PYTHON" "$WORK/route.py" "$LIB" "$PIN")
+
+# SoftHSMv2 2.6 offers only the raw CKM_ECDSA (no CKM_ECDSA_SHA256), so the signatures here are
+# CKM_ECDSA over a SHA-256 digest: the same signature as ECDSA-SHA256 over the file, which is
+# what openssl verifies.
+sign_and_verify() { # name: sign a file's SHA-256 digest through slot 0 with pkcs11-tool, verify with openssl
+    local name="$1" out
+    head -c 3000 /dev/urandom >"$WORK/data"
+    openssl dgst -sha256 -binary -out "$WORK/digest" "$WORK/data"
+    rm -f "$WORK/sig"
+    if out="$($P11 --slot 0 --login --pin "$PIN" --sign -m ECDSA --id 11 --signature-format openssl \
+        -i "$WORK/digest" -o "$WORK/sig" 2>&1)" &&
+        out="$(openssl dgst -sha256 -verify "$WORK/pub.pem" -signature "$WORK/sig" "$WORK/data" 2>&1)" &&
+        grep -q 'Verified OK' <<<"$out"; then
+        pass "$name"
+    else
+        fail "$name" "$out"
+    fi
+}
+
+echo "--- SoftHSMv2 token"
+step "softhsm2-util --init-token" softhsm2-util --init-token --free --label softhsm --so-pin 1234 --pin 1234
+
+echo "--- install"
+step "cryptoadm install provider=$SOFTHSM name=softhsm" ADM install provider="$SOFTHSM" name=softhsm
+expect "list shows softhsm" "^ +softhsm +$SOFTHSM +\(enabled\)" ADM list
+expect "list keeps the softtoken first" "^ +softtoken .*\(enabled\)" ADM list
+expect "list -m shows softhsm's mechanisms" "^Provider: softhsm \($SOFTHSM\)" ADM list -m
+expect "list -m lists CKM_ECDSA under softhsm" "CKM_ECDSA" sh -c "'$LIB_DIR/cryptoadm' --config '$CONF' list -m | sed -n '/^Provider: softhsm/,\$p'"
+expect "list -p shows softhsm" "^softhsm: all mechanisms are enabled" ADM list -p
+expect "list -v shows softhsm's token" 'Token: "softhsm"' ADM list -v
+json "list --json has softhsm" \
+    "any(p['name']=='softhsm' and p['path']=='$SOFTHSM' and p['state']=='enabled' for p in d['providers'])" list
+json "list -m --json has softhsm with CKM_ECDSA" \
+    "any(m['name']=='CKM_ECDSA' for s in prov('softhsm')['slots'] for m in s['mechanisms'])" list -m
+json "list -p --json has softhsm, all enabled" "prov('softhsm')['all_enabled'] is True" list -p
+json "list -v --json has softhsm's token" \
+    "any(s.get('token', {}).get('label')=='softhsm' and s['mechanisms'] for s in prov('softhsm')['slots'])" list -v
+expect "libopencf.so shows SoftHSMv2's slot" 'token label +: softhsm' $P11 --list-slots
+
+echo "--- EC key through slot 0"
+expect "change the default PIN through slot 0" 'PIN successfully changed' \
+    $P11 --slot 0 --login --pin changeme --change-pin --new-pin "$PIN"
+step "EC P-256 key pair through slot 0" \
+    $P11 --slot 0 --login --pin "$PIN" --keypairgen --key-type EC:prime256v1 --id 11 --label ec
+expect "the key is in the softtoken keystore" 'label: +ec' \
+    pkcs11-tool --module "$SOFTTOKEN" --login --pin "$PIN" --list-objects --type privkey
+refuse "the key is not in SoftHSMv2's token" 'label: +ec' \
+    pkcs11-tool --module "$SOFTHSM" --token-label softhsm --login --pin 1234 --list-objects
+if $P11 --slot 0 --read-object --type pubkey --id 11 -o "$WORK/pub.der" >/dev/null 2>&1 &&
+    openssl pkey -pubin -inform DER -in "$WORK/pub.der" -out "$WORK/pub.pem" 2>/dev/null; then
+    pass "public key read through slot 0"
+else
+    fail "public key read through slot 0"
+fi
+
+echo "--- softtoken ECDSA disabled"
+step "cryptoadm disable provider=softtoken mechanism=CKM_ECDSA,CKM_ECDSA_SHA256" \
+    ADM disable provider=softtoken mechanism=CKM_ECDSA,CKM_ECDSA_SHA256
+expect "list -p shows the exception" \
+    '^softtoken: all mechanisms are enabled, except CKM_ECDSA(_SHA256)?, CKM_ECDSA(_SHA256)?\.' ADM list -p
+json "list -p --json shows the exception" \
+    "sorted(prov('softtoken')['disabled'])==['CKM_ECDSA','CKM_ECDSA_SHA256'] and not prov('softtoken')['all_enabled']" list -p
+refuse "libopencf.so's softtoken slot lists neither CKM_ECDSA nor CKM_ECDSA_SHA256" '^ *ECDSA(-SHA256)?,' \
+    $P11 --slot 1 --list-mechanisms
+expect "slot 0 still lists CKM_ECDSA (from SoftHSMv2)" '^ *ECDSA,' $P11 --slot 0 --list-mechanisms
+sign_and_verify "CKM_ECDSA through slot 0 verifies with openssl"
+out="$("${ROUTE[@]}" 2>&1)"
+echo "$out" | sed 's/^/    /'
+if grep -qx 'softtoken-lists-ecdsa False' <<<"$out" && grep -qx 'clones-before 0' <<<"$out" &&
+    grep -qx 'signature OK' <<<"$out" && grep -qx 'clones-after 1' <<<"$out" &&
+    grep -qx 'clone token=False' <<<"$out"; then
+    pass "the signature ran in SoftHSMv2 (a session clone of the key appeared there, none before)"
+else
+    fail "the signature ran in SoftHSMv2" "$out"
+fi
+refuse "the clone did not outlive the process (SoftHSMv2's token holds no key)" 'label: +ec' \
+    pkcs11-tool --module "$SOFTHSM" --token-label softhsm --login --pin 1234 --list-objects
+
+echo "--- softtoken ECDSA enabled again"
+step "cryptoadm enable provider=softtoken mechanism=CKM_ECDSA,CKM_ECDSA_SHA256" \
+    ADM enable provider=softtoken mechanism=CKM_ECDSA,CKM_ECDSA_SHA256
+expect "list -p shows all mechanisms enabled" '^softtoken: all mechanisms are enabled\.' ADM list -p
+json "list -p --json shows all mechanisms enabled" \
+    "prov('softtoken')['all_enabled'] is True and prov('softtoken')['disabled']==[]" list -p
+expect "libopencf.so's softtoken slot lists CKM_ECDSA again" '^ *ECDSA,' $P11 --slot 1 --list-mechanisms
+expect "libopencf.so's softtoken slot lists CKM_ECDSA_SHA256 again" '^ *ECDSA-SHA256,' $P11 --slot 1 --list-mechanisms
+sign_and_verify "CKM_ECDSA through slot 0 verifies again"
+out="$("${ROUTE[@]}" 2>&1)"
+echo "$out" | sed 's/^/    /'
+if grep -qx 'softtoken-lists-ecdsa True' <<<"$out" && grep -qx 'signature OK' <<<"$out" &&
+    grep -qx 'clones-after 0' <<<"$out"; then
+    pass "the signature ran in the softtoken again (no clone in SoftHSMv2)"
+else
+    fail "the signature ran in the softtoken again" "$out"
+fi
+
+echo "--- uninstall"
+step "cryptoadm uninstall provider=softhsm" ADM uninstall provider=softhsm
+refuse "list no longer shows softhsm" '^ +softhsm ' ADM list
+expect "list still shows the softtoken" '^ +softtoken ' ADM list
+json "list --json no longer has softhsm" "all(p['name']!='softhsm' for p in d['providers'])" list
+refuse "libopencf.so no longer shows SoftHSMv2's slot" 'SoftHSM' $P11 --list-slots
+
+echo "cryptoadm-softhsm: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -36,17 +36,6 @@ pub fn dir_from_maps(maps: &str) -> Option<PathBuf> {
         .and_then(|p| p.parent().map(Path::to_path_buf))
 }
 
-fn env_false(name: &str) -> bool {
-    std::env::var(name)
-        .map(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "false" | "0" | "no" | "off"
-            )
-        })
-        .unwrap_or(false)
-}
-
 impl OpenCf {
     /// `C_Initialize`.
     pub fn init(_args: &InitArgs) -> CkResult<OpenCf> {
@@ -66,11 +55,9 @@ impl OpenCf {
             }
         }
         let mut meta = None;
-        if cfg.metaslot.enabled && !env_false("OPENCF_METASLOT_ENABLED") {
-            let want = std::env::var("OPENCF_METASLOT_KEYSTORE")
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| cfg.metaslot.keystore.clone());
+        // `opencf_config::load` has already applied OPENCF_METASLOT_ENABLED/_KEYSTORE.
+        if cfg.metaslot.enabled {
+            let want = cfg.metaslot.keystore.clone();
             let ks = provs
                 .iter()
                 .position(|p| p.label.as_deref() == Some(want.as_str()));

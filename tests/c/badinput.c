@@ -574,6 +574,10 @@ T(t_wrap_wwt, CK_ULONG l = sizeof out; return F->C_WrapKey(s_rw, &m_cbcpad, k_wr
 T(t_wrap_nowrapattr, CK_ULONG l = sizeof out; return F->C_WrapKey(s_rw, &m_cbcpad, k_aes, k_hmac, out, &l);)
 T(t_wrap_nullmech, CK_ULONG l = sizeof out; return F->C_WrapKey(s_rw, NULL, k_wrapper, k_aes, out, &l);)
 T(t_wrap_nulllen, return F->C_WrapKey(s_rw, &m_cbcpad, k_wrapper, k_aes, out, NULL);)
+/* The framework-only migration mechanism (CKM_VENDOR_DEFINED | 0x4f430001): a module that an
+ * application initialized itself never serves it, so a non-extractable key stays inside. */
+T(t_wrap_migrate_mech, CK_MECHANISM mm = { CKM_VENDOR_DEFINED | 0x4f430001UL, NULL, 0 };
+  CK_ULONG l = sizeof out; return F->C_WrapKey(s_rw, &mm, k_wrapper, k_sens, out, &l);)
 T(t_wrap_unknownmech, CK_ULONG l = sizeof out; return F->C_WrapKey(s_rw, &m_unknown, k_wrapper, k_aes, out, &l);)
 /* the blob is a valid CBC_PAD encryption under k_aes, so the only error
  * is that k_aes lacks CKA_UNWRAP */
@@ -971,6 +975,7 @@ static const struct tcase cases[] = {
     C("C_WrapKey too small", t_wrap_small, CKR_BUFFER_TOO_SMALL),
     C("C_WrapKey extractable key", t_wrap_ok, CKR_OK),
     C("C_WrapKey unextractable key", t_wrap_unextractable, CKR_KEY_UNEXTRACTABLE),
+    C("C_WrapKey framework migration mechanism", t_wrap_migrate_mech, CKR_MECHANISM_INVALID),
     C("C_WrapKey WRAP_WITH_TRUSTED key, untrusted wrapper", t_wrap_wwt, CKR_KEY_NOT_WRAPPABLE),
     C("clear CKA_WRAP_WITH_TRUSTED", t_set_wwt_clear, CKR_ATTRIBUTE_READ_ONLY),
     C("C_WrapKey wrapper without CKA_WRAP", t_wrap_nowrapattr, CKR_KEY_FUNCTION_NOT_PERMITTED),

@@ -461,6 +461,7 @@ pub(crate) unsafe fn init_args(p: *const CK_C_INITIALIZE_ARGS) -> CkResult<InitA
         return Ok(InitArgs {
             os_locking_ok: true,
             no_os_threads: false,
+            framework: false,
         });
     }
     // SAFETY: per the function's contract.
@@ -486,5 +487,6 @@ pub(crate) unsafe fn init_args(p: *const CK_C_INITIALIZE_ARGS) -> CkResult<InitA
     Ok(InitArgs {
         os_locking_ok,
         no_os_threads: a.flags & CKF_LIBRARY_CANT_CREATE_OS_THREADS != 0,
+        framework: a.flags & crate::CKF_OPENCF_FRAMEWORK != 0,
     })
 }

@@ -461,13 +461,27 @@ impl Provider {
     /// locks and threads). A module that is already initialized in this process
     /// (`CKR_CRYPTOKI_ALREADY_INITIALIZED`) is fine.
     pub fn initialize(&self) -> CkResult<()> {
+        self.initialize_with(CKF_OS_LOCKING_OK)
+    }
+
+    /// [`Provider::initialize`] as the framework does it: with the vendor flag
+    /// [`crate::CKF_OPENCF_FRAMEWORK`], retried without it if the module answers
+    /// `CKR_ARGUMENTS_BAD` (a module that checks for unknown flags).
+    pub fn initialize_for_framework(&self) -> CkResult<()> {
+        match self.initialize_with(CKF_OS_LOCKING_OK | crate::CKF_OPENCF_FRAMEWORK) {
+            Err(CKR_ARGUMENTS_BAD) => self.initialize_with(CKF_OS_LOCKING_OK),
+            r => r,
+        }
+    }
+
+    fn initialize_with(&self, flags: CK_FLAGS) -> CkResult<()> {
         let f = func!(self.C_Initialize);
         let mut args = CK_C_INITIALIZE_ARGS {
             CreateMutex: None,
             DestroyMutex: None,
             LockMutex: None,
             UnlockMutex: None,
-            flags: CKF_OS_LOCKING_OK,
+            flags,
             pReserved: null_mut(),
         };
         // SAFETY: a function of the loaded module with a valid argument structure.

@@ -386,7 +386,23 @@ pub struct InitArgs {
     pub os_locking_ok: bool,
     /// `CKF_LIBRARY_CANT_CREATE_OS_THREADS` was set.
     pub no_os_threads: bool,
+    /// [`CKF_OPENCF_FRAMEWORK`] was set: the caller is `libopencf.so`, which may use the
+    /// OpenCF-only mechanisms (key migration) that applications never reach.
+    pub framework: bool,
 }
+
+/// A vendor flag of `CK_C_INITIALIZE_ARGS.flags`: set by `libopencf.so` when it initializes a
+/// provider (and dropped again if the provider answers `CKR_ARGUMENTS_BAD`). Other modules
+/// ignore it. See docs/METASLOT.md (Key clones).
+pub const CKF_OPENCF_FRAMEWORK: CK_FLAGS = 0x8000_0000;
+
+/// A vendor mechanism of the software token, for the framework only: AES key wrap with padding
+/// (RFC 5649) of a sensitive, *non-extractable* key under a one-off session key, so that the
+/// metaslot can move the key into the provider that runs an operation
+/// (`auto_key_migrate = true`). It is not in any mechanism list, answers
+/// `CKR_MECHANISM_INVALID` unless the module was initialized with [`CKF_OPENCF_FRAMEWORK`],
+/// and `libopencf.so` refuses it from applications.
+pub const CKM_OPENCF_MIGRATE_KWP: CK_MECHANISM_TYPE = CKM_VENDOR_DEFINED | 0x4f43_0001;
 
 /// Copies `s` into a blank-padded fixed-size PKCS#11 text field.
 pub fn pad_field<const N: usize>(s: &str) -> [u8; N] {

@@ -37,7 +37,7 @@ pub fn token_path(dir: &std::path::Path, slot: CK_SLOT_ID) -> PathBuf {
 impl SoftToken {
     /// `C_Initialize`: opens (or creates) the default token in slot 0, every further token
     /// made by `C_InitToken`, and one empty slot for the next.
-    pub fn init(_args: &InitArgs) -> CkResult<SoftToken> {
+    pub fn init(args: &InitArgs) -> CkResult<SoftToken> {
         let dir = keystore_dir()?;
         let mut slots = vec![Arc::new(Token::open(0, token_path(&dir, 0), true)?)];
         loop {
@@ -59,6 +59,7 @@ impl SoftToken {
             next_uid: AtomicU64::new(1),
             next_unique: AtomicU64::new(1),
             epoch: AtomicU64::new(1),
+            framework: args.framework,
         })
     }
 

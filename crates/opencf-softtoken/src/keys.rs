@@ -8,7 +8,7 @@ use crate::object::Object;
 use crate::policy::Origin;
 use crate::SoftToken;
 use opencf_abi::sys::*;
-use opencf_abi::{Attribute, CkResult, MechParam, Mechanism, OutBuf};
+use opencf_abi::{Attribute, CkResult, MechParam, Mechanism, OutBuf, CKM_OPENCF_MIGRATE_KWP};
 
 /// The value length a derived key's template implies: `CKA_VALUE_LEN`, or its key type's
 /// fixed size.
@@ -126,10 +126,24 @@ impl SoftToken {
     ) -> CkResult<()> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
-        check_mechanism(m.mechanism, CKF_WRAP)?;
+        // The framework's key migration: AES-KWP that also takes non-extractable keys.
+        let migrate = m.mechanism == CKM_OPENCF_MIGRATE_KWP;
+        let m = &if migrate {
+            if !self.framework || !matches!(m.param, MechParam::None) {
+                return Err(CKR_MECHANISM_INVALID);
+            }
+            Mechanism::new(CKM_AES_KEY_WRAP_KWP)
+        } else {
+            check_mechanism(m.mechanism, CKF_WRAP)?;
+            m.clone()
+        };
         let mut st = sess.lock();
         let wk = self.op_key(&sess, &mut st, wrapping, CKR_WRAPPING_KEY_HANDLE_INVALID)?;
         drop(st);
+        if migrate && wk.attrs.is_true(CKA_TOKEN) {
+            // Only a one-off session key may carry a migrated key.
+            return Err(CKR_WRAPPING_KEY_HANDLE_INVALID);
+        }
         check_key(
             &wk,
             &[CKO_SECRET_KEY, CKO_PUBLIC_KEY],
@@ -147,10 +161,10 @@ impl SoftToken {
         if !matches!(k.class(), CKO_SECRET_KEY | CKO_PRIVATE_KEY) {
             return Err(CKR_KEY_NOT_WRAPPABLE);
         }
-        if !k.attrs.is_true(CKA_EXTRACTABLE) {
+        if !k.attrs.is_true(CKA_EXTRACTABLE) && !migrate {
             return Err(CKR_KEY_UNEXTRACTABLE);
         }
-        if k.attrs.is_true(CKA_WRAP_WITH_TRUSTED) && !wk.attrs.is_true(CKA_TRUSTED) {
+        if k.attrs.is_true(CKA_WRAP_WITH_TRUSTED) && !wk.attrs.is_true(CKA_TRUSTED) && !migrate {
             return Err(CKR_KEY_NOT_WRAPPABLE);
         }
         let bytes = mech::key_to_bytes(k.key())?;

@@ -58,6 +58,9 @@ pub struct SoftToken {
     next_unique: AtomicU64,
     /// Bumped whenever an object changes or disappears, so sessions drop cached lookups.
     pub epoch: AtomicU64,
+    /// Initialized by `libopencf.so` (`CKF_OPENCF_FRAMEWORK`): the framework's key
+    /// migration mechanism is served.
+    pub framework: bool,
 }
 
 impl SoftToken {

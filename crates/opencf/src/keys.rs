@@ -39,6 +39,10 @@ impl OpenCf {
         k: CK_OBJECT_HANDLE,
         o: &mut OutBuf,
     ) -> CkResult<()> {
+        if mech.mechanism == CKM_OPENCF_MIGRATE_KWP {
+            // The framework's own key migration mechanism is never an application's.
+            return Err(CKR_MECHANISM_INVALID);
+        }
         let (p, h) = self.routed_keystore(s, mech)?;
         p.wrap_key(h, mech, w, k, o)
     }

@@ -63,7 +63,7 @@ pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
                 return Err(CKR_FUNCTION_FAILED);
             }
         };
-        if let Err(rv) = p.initialize() {
+        if let Err(rv) = p.initialize_for_framework() {
             eprintln!(
                 "opencf: provider \"{}\" ({}): C_Initialize failed: {}",
                 pc.name,

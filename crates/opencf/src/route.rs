@@ -235,6 +235,21 @@ impl OpenCf {
                 tmpl.push(Attribute::bool(*t, true));
             }
         }
+        // The clone keeps the key's mechanism restriction; a key that wants the user's PIN
+        // before each use stays where that is enforced.
+        let guards = ks.get_attribute_value(
+            ms.ks,
+            key,
+            &[CKA_ALLOWED_MECHANISMS, CKA_ALWAYS_AUTHENTICATE],
+        )?;
+        if is_true(&guards[1]) {
+            return Ok(None);
+        }
+        if let AttrValue::Value(b) = &guards[0] {
+            if !b.is_empty() {
+                tmpl.push(Attribute::new(CKA_ALLOWED_MECHANISMS, b.clone()));
+            }
+        }
         if vals.iter().all(|v| !matches!(v, AttrValue::Sensitive)) {
             // Non-sensitive: by attributes.
             for (t, v) in vals_t.iter().zip(vals) {
@@ -248,11 +263,32 @@ impl OpenCf {
         if !self.meta()?.auto_key_migrate {
             return Ok(None);
         }
-        let Some(wm) = self.wrap_mechs(prov) else {
+        let guard =
+            ks.get_attribute_value(ms.ks, key, &[CKA_EXTRACTABLE, CKA_WRAP_WITH_TRUSTED])?;
+        let wm = if is_true(&guard[0]) && !is_true(&guard[1]) {
+            self.wrap_mechs(prov)
+        } else {
+            // A non-extractable key (or one that only a trusted key may wrap) moves only by the
+            // keystore's migration mechanism: AES-KWP that the software token serves to the
+            // framework alone (docs/METASLOT.md).
+            self.kwp_unwrap_mech(prov)
+                .map(|u| (CKM_OPENCF_MIGRATE_KWP, u))
+        };
+        let Some(wm) = wm else {
             return Ok(None);
         };
         tmpl.push(Attribute::bool(CKA_SENSITIVE, true));
+        tmpl.push(Attribute::bool(CKA_EXTRACTABLE, false));
         Ok(self.migrate(ms, prov, ts, key, &tmpl, wm).ok().flatten())
+    }
+
+    /// The mechanism with which provider `prov` unwraps AES-KWP (RFC 5649), under either
+    /// number.
+    fn kwp_unwrap_mech(&self, prov: usize) -> Option<CK_MECHANISM_TYPE> {
+        let t = &self.providers[prov].mechs;
+        [CKM_AES_KEY_WRAP_KWP, CKM_AES_KEY_WRAP_PAD]
+            .into_iter()
+            .find(|m| t.get(m).is_some_and(|i| i.flags & CKF_UNWRAP != 0))
     }
 
     /// The (wrap, unwrap) mechanisms that move a key from the keystore to provider `prov`:

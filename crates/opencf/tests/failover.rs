@@ -70,12 +70,18 @@ fn framework_lib() -> PathBuf {
 /// Loads libopencf.so over [faulty, softtoken] with the fault `mode` written to the switch file
 /// (which the faulty provider reads at every call). Returns the module and the switch file.
 fn load(tag: &str, mode: &str) -> (Pkcs11, PathBuf) {
+    load_with(tag, mode, true)
+}
+
+/// [`load`] with `auto_key_migrate` set as given.
+fn load_with(tag: &str, mode: &str, auto_key_migrate: bool) -> (Pkcs11, PathBuf) {
     let dir = fresh_dir(tag);
     let conf = format!(
         r#"
 [metaslot]
 enabled = true
 keystore = "OpenCF Softtoken"
+auto_key_migrate = {auto_key_migrate}
 
 [[provider]]
 name = "faulty"
@@ -376,5 +382,158 @@ fn no_fault_runs_in_first_provider() {
     std::fs::write(&switch, "none").unwrap();
     round(&s, &k, 0, 1);
     drop(s);
+    p.finalize().unwrap();
+}
+
+/// A sensitive, non-extractable RSA token key made through slot 0 (so held by the keystore),
+/// signed with through slot 0. Returns the signature, the data and the public key's modulus.
+fn sign_with_unextractable_rsa(p: &Pkcs11) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let s = p.open_rw_session(slot0(p)).unwrap();
+    login(&s);
+    let (public, private) = s
+        .generate_key_pair(
+            &Mechanism::RsaPkcsKeyPairGen,
+            &[
+                Attribute::ModulusBits(2048.into()),
+                Attribute::Token(true),
+                Attribute::Verify(true),
+                Attribute::Label(b"unextractable".to_vec()),
+            ],
+            &[
+                Attribute::Token(true),
+                Attribute::Private(true),
+                Attribute::Sensitive(true),
+                Attribute::Extractable(false),
+                Attribute::Sign(true),
+                Attribute::Label(b"unextractable".to_vec()),
+                Attribute::AllowedMechanisms(vec![
+                    cryptoki::mechanism::MechanismType::SHA256_RSA_PKCS,
+                ]),
+            ],
+        )
+        .expect("RSA key pair through slot 0");
+    // Applications cannot use the framework's migration mechanism.
+    let wk = s
+        .generate_key(
+            &Mechanism::AesKeyGen,
+            &[
+                Attribute::ValueLen(32.into()),
+                Attribute::Token(false),
+                Attribute::Wrap(true),
+            ],
+        )
+        .unwrap();
+    let vendor = cryptoki::mechanism::MechanismType::new_vendor_defined(
+        cryptoki::mechanism::vendor_defined::CKM_VENDOR_DEFINED | 0x4f43_0001,
+    )
+    .unwrap();
+    let migrate = Mechanism::VendorDefined(
+        cryptoki::mechanism::vendor_defined::VendorDefinedMechanism::new::<()>(vendor, None),
+    );
+    match s.wrap_key(&migrate, wk, private) {
+        Err(Error::Pkcs11(RvError::MechanismInvalid, _)) => {}
+        other => panic!("C_WrapKey with the migration mechanism on slot 0: {other:?}"),
+    }
+    match s.wrap_key(&Mechanism::AesKeyWrap, wk, private) {
+        Err(Error::Pkcs11(RvError::KeyUnextractable, _)) => {}
+        other => panic!("C_WrapKey of the non-extractable key: {other:?}"),
+    }
+    let data = b"a key that never leaves a token".to_vec();
+    let sig = s
+        .sign(&Mechanism::Sha256RsaPkcs, private, &data)
+        .expect("C_Sign through slot 0");
+    let modulus = match s
+        .get_attributes(public, &[AttributeType::Modulus])
+        .unwrap()
+        .pop()
+    {
+        Some(Attribute::Modulus(m)) => m,
+        other => panic!("modulus: {other:?}"),
+    };
+    // Verified in the software token's own slot (pass-through), which holds the public key.
+    let soft = p
+        .open_ro_session(slot_labelled(p, "OpenCF Softtoken"))
+        .unwrap();
+    let pubs = soft
+        .find_objects(&[
+            Attribute::Class(ObjectClass::PUBLIC_KEY),
+            Attribute::Label(b"unextractable".to_vec()),
+        ])
+        .unwrap();
+    assert_eq!(pubs.len(), 1, "the public key is in the keystore");
+    soft.verify(&Mechanism::Sha256RsaPkcs, pubs[0], &data, &sig)
+        .expect("the slot-0 signature verifies");
+    (sig, data, modulus)
+}
+
+/// The RSA private keys in the faulty provider's own slot, with their protection flags.
+fn rsa_clones_in_faulty(p: &Pkcs11, modulus: &[u8]) -> Vec<(bool, bool)> {
+    let fs = p
+        .open_ro_session(slot_labelled(p, "OpenCF Faulty"))
+        .unwrap();
+    let found = fs
+        .find_objects(&[Attribute::Class(ObjectClass::PRIVATE_KEY)])
+        .unwrap();
+    found
+        .into_iter()
+        .map(|h| {
+            let a = fs
+                .get_attributes(
+                    h,
+                    &[
+                        AttributeType::Modulus,
+                        AttributeType::Sensitive,
+                        AttributeType::Extractable,
+                        AttributeType::AllowedMechanisms,
+                    ],
+                )
+                .unwrap();
+            let (mut m, mut sens, mut ext) = (Vec::new(), false, true);
+            for x in a {
+                match x {
+                    Attribute::Modulus(v) => m = v,
+                    Attribute::Sensitive(b) => sens = b,
+                    Attribute::Extractable(b) => ext = b,
+                    Attribute::AllowedMechanisms(v) => assert_eq!(
+                        v,
+                        vec![cryptoki::mechanism::MechanismType::SHA256_RSA_PKCS],
+                        "the clone keeps CKA_ALLOWED_MECHANISMS"
+                    ),
+                    _ => {}
+                }
+            }
+            assert_eq!(m, modulus, "the clone is the slot-0 key");
+            (sens, ext)
+        })
+        .collect()
+}
+
+/// With `auto_key_migrate = true`, a sensitive, non-extractable key of the keystore is moved
+/// into the first provider, which signs with it; the clone there stays sensitive and
+/// non-extractable.
+#[test]
+fn unextractable_key_migrates_when_allowed() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_with("migrate", "none", true);
+    let (_, _, modulus) = sign_with_unextractable_rsa(&p);
+    assert_eq!(
+        rsa_clones_in_faulty(&p, &modulus),
+        vec![(true, false)],
+        "one sensitive, non-extractable clone in the provider that signed"
+    );
+    p.finalize().unwrap();
+}
+
+/// With `auto_key_migrate = false` the same key is refused to the first provider: the
+/// signature is made in the keystore and no clone appears elsewhere.
+#[test]
+fn unextractable_key_stays_without_migration() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_with("nomigrate", "none", false);
+    let (_, _, modulus) = sign_with_unextractable_rsa(&p);
+    assert!(
+        rsa_clones_in_faulty(&p, &modulus).is_empty(),
+        "no clone outside the keystore"
+    );
     p.finalize().unwrap();
 }

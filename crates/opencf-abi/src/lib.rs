@@ -33,6 +33,7 @@ pub mod ossl;
 mod params;
 mod params_out;
 pub mod provider;
+pub mod shm;
 #[doc(hidden)]
 pub mod tables;
 pub mod types;

@@ -1,0 +1,196 @@
+//! Shared memory as a safe slice of atomic 64-bit cells: a file (normally in `/dev/shm`)
+//! mapped with `mmap`, so that other processes see the counters one process writes. Used by
+//! `opencf-stat`, which itself forbids `unsafe`.
+//!
+//! ```no_run
+//! use std::sync::atomic::Ordering;
+//! let cells = opencf_abi::shm::SharedCells::create("/dev/shm/example".as_ref(), 16)?;
+//! cells.cells()[0].fetch_add(1, Ordering::Relaxed);
+//! let view = opencf_abi::shm::SharedCells::open("/dev/shm/example".as_ref())?;
+//! assert_eq!(view.cells()[0].load(Ordering::Relaxed), 1);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+const CELL: usize = std::mem::size_of::<AtomicU64>();
+
+/// A file of `u64` cells mapped into memory; unmapped when dropped.
+///
+/// [`create`](Self::create) maps the file shared and writable: stores are seen by every
+/// process that maps the file. [`open`](Self::open) maps an existing file for reading: the
+/// mapping is private, so it shows what the file's writer stores, and a store made through it
+/// (which a reader has no reason to make) stays in this process.
+///
+/// The file must not be shortened while it is mapped: touching a cell past the new end raises
+/// `SIGBUS`. The files used here are created at their final size and never truncated.
+pub struct SharedCells {
+    ptr: NonNull<AtomicU64>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; all access goes through `&AtomicU64`,
+// which is `Sync`, and unmapping happens once, in `Drop`.
+unsafe impl Send for SharedCells {}
+// SAFETY: as above; shared references hand out only atomics.
+unsafe impl Sync for SharedCells {}
+
+impl SharedCells {
+    /// Creates (or truncates) `path` with mode 0600, sizes it to `cells` zeroed cells and maps it
+    /// shared and writable. A symbolic link at `path` is refused (`O_NOFOLLOW`).
+    pub fn create(path: &Path, cells: usize) -> io::Result<SharedCells> {
+        let bytes = byte_len(cells)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)?;
+        file.set_len(bytes as u64)?;
+        map(
+            &file,
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+        )
+    }
+
+    /// Maps an existing regular file for reading (private mapping, see the type's
+    /// documentation). Its size must be a non-zero multiple of 8 bytes; a symbolic link or a
+    /// file that is not a regular file is refused.
+    pub fn open(path: &Path) -> io::Result<SharedCells> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a regular file",
+            ));
+        }
+        let size = usize::try_from(meta.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+        if size == 0 || size % CELL != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "size is not a non-zero multiple of 8 bytes",
+            ));
+        }
+        map(
+            &file,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+        )
+    }
+
+    /// The mapped cells.
+    pub fn cells(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` is the start of a live mapping of `len * 8` bytes, page-aligned (so
+        // aligned for `AtomicU64`), readable and writable, and valid until `Drop`, which cannot
+        // run while this borrow of `self` lives. Every bit pattern is a valid `AtomicU64`, and
+        // other processes touch the memory only through atomic operations as well.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Number of cells.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no cells (never the case for a successfully mapped file).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SharedCells {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe exactly the mapping made in `map`, unmapped only here; no
+        // borrow of the cells outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len * CELL);
+        }
+    }
+}
+
+fn byte_len(cells: usize) -> io::Result<usize> {
+    match cells.checked_mul(CELL) {
+        Some(b) if b > 0 => Ok(b),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cell count must be non-zero and fit in memory",
+        )),
+    }
+}
+
+fn map(
+    file: &File,
+    bytes: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+) -> io::Result<SharedCells> {
+    // SAFETY: a fresh mapping (address chosen by the kernel, so nothing existing is replaced) of
+    // `bytes` bytes of an open file descriptor; the result is checked against MAP_FAILED. The
+    // mapping stays valid after the descriptor is closed.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            prot,
+            flags,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let ptr = NonNull::new(p.cast::<AtomicU64>())
+        .ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+    Ok(SharedCells {
+        ptr,
+        len: bytes / CELL,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn writer_and_reader_share_cells() {
+        let dir = std::env::temp_dir().join(format!("opencf-shm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cells");
+        let w = SharedCells::create(&path, 4).unwrap();
+        assert_eq!(w.len(), 4);
+        assert!(!w.is_empty());
+        w.cells()[3].store(42, Ordering::Release);
+        let r = SharedCells::open(&path).unwrap();
+        assert_eq!(r.len(), 4);
+        assert_eq!(r.cells()[3].load(Ordering::Acquire), 42);
+        w.cells()[3].fetch_add(1, Ordering::Relaxed);
+        assert_eq!(r.cells()[3].load(Ordering::Relaxed), 43);
+        // A store through the private view stays private.
+        r.cells()[0].store(7, Ordering::Relaxed);
+        assert_eq!(w.cells()[0].load(Ordering::Relaxed), 0);
+        assert!(SharedCells::create(&path, 0).is_err());
+        drop(w);
+        drop(r);
+        std::fs::write(&path, b"odd").unwrap();
+        assert!(SharedCells::open(&path).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

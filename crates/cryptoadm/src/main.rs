@@ -5,8 +5,20 @@
 //! (or written), 64 usage error.
 #![forbid(unsafe_code)]
 
+/// `println!` that ends the program quietly (status 0) when standard output is a closed pipe
+/// (`cryptoadm list | head -1`), and with status 1 on another write error.
+macro_rules! outln {
+    () => {
+        $crate::out_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::out_line(format_args!($($arg)*))
+    };
+}
+
 mod probe;
 mod rv_names;
+mod stat;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -67,6 +79,8 @@ enum Cmd {
     Disable { words: Vec<String> },
     /// Check the configuration and load every provider module.
     Refresh,
+    /// Live counters per provider × mechanism (see docs/STAT.md).
+    Stat(stat::StatArgs),
 }
 
 enum Fail {
@@ -108,6 +122,18 @@ fn main() -> ExitCode {
             eprintln!("cryptoadm: {m}");
             ExitCode::from(EXIT_PROBLEM)
         }
+    }
+}
+
+fn out_line(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{args}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cryptoadm: cannot write to standard output: {e}");
+        std::process::exit(i32::from(EXIT_PROBLEM));
     }
 }
 
@@ -228,6 +254,9 @@ fn parse_mechs(list: &str) -> Result<Option<Vec<CK_MECHANISM_TYPE>>, Fail> {
 // ---------------------------------------------------------------------------------------------
 
 fn run(cli: Cli) -> Result<u8, Fail> {
+    if let Cmd::Stat(args) = &cli.cmd {
+        return stat::run(args, cli.json);
+    }
     let path = config_path(&cli)?;
     let lib = lib_dir();
     match &cli.cmd {
@@ -243,7 +272,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                 if w.get("provider").is_some() || *mechanisms || *policy || *verbose {
                     return Err(usage("list metaslot takes no other options"));
                 }
-                return Ok(list_metaslot(&cfg, cli.json));
+                let source = describe_source(&cfg, &cli, &path);
+                return Ok(list_metaslot(&cfg, &source, cli.json));
             }
             let providers: Vec<&ProviderConfig> = match w.get("provider") {
                 None => cfg.providers.iter().collect(),
@@ -313,6 +343,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Cmd::Enable { words } => set_state(&path, &lib, words, true),
         Cmd::Disable { words } => set_state(&path, &lib, words, false),
         Cmd::Refresh => refresh(&path, &lib, cli.json),
+        Cmd::Stat(_) => unreachable!("handled above"),
     }
 }
 
@@ -403,7 +434,7 @@ fn set_state(path: &Path, lib: &Path, words: &[String], enable: bool) -> Result<
 }
 
 fn print_json(v: &impl Serialize) {
-    println!("{}", serde_json::to_string_pretty(v).expect("JSON"));
+    outln!("{}", serde_json::to_string_pretty(v).expect("JSON"));
 }
 
 fn state(p: &ProviderConfig) -> &'static str {
@@ -432,10 +463,10 @@ fn list_plain(cfg: &Config, providers: &[&ProviderConfig], lib: &Path, json: boo
         print_json(&json!({ "config": cfg.source.to_string(), "providers": list }));
         return 0;
     }
-    println!("Configuration: {}", cfg.source);
-    println!("Providers (in order of preference):");
+    outln!("Configuration: {}", cfg.source);
+    outln!("Providers (in order of preference):");
     for p in providers {
-        println!(
+        outln!(
             "  {:<16} {}  ({})",
             p.name,
             config::resolve_module(&p.module, lib).display(),
@@ -519,24 +550,48 @@ fn list_policy(cfg: &Config, providers: &[&ProviderConfig], json: bool) -> u8 {
         return 0;
     }
     for p in providers {
-        println!("{}", policy_sentence(p));
+        outln!("{}", policy_sentence(p));
     }
     0
 }
 
-fn list_metaslot(cfg: &Config, json: bool) -> u8 {
+/// Where the configuration came from: a short kind (for JSON) and words.
+fn describe_source(cfg: &Config, cli: &Cli, path: &Path) -> (&'static str, String) {
+    match &cfg.source {
+        config::Source::BuiltIn => (
+            "built-in",
+            format!("built-in default (no file at {})", path.display()),
+        ),
+        config::Source::File(p) => {
+            let (kind, words) = if cli.config.is_some() {
+                ("option", "file given with --config")
+            } else if std::env::var_os(config::ENV_CONF).is_some_and(|v| !v.is_empty()) {
+                ("environment", "file named by OPENCF_CONF")
+            } else if p == Path::new(config::SYSTEM_CONFIG_PATH) {
+                ("system", "system-wide file")
+            } else {
+                ("user", "user file")
+            };
+            (kind, format!("{words} {}", p.display()))
+        }
+    }
+}
+
+fn list_metaslot(cfg: &Config, source: &(&str, String), json: bool) -> u8 {
     if json {
         let mut v = metaslot_json(cfg);
         v["config"] = json!(cfg.source.to_string());
+        v["source"] = json!(source.0);
         print_json(&v);
         return 0;
     }
     let m = &cfg.metaslot;
-    println!("System-wide Meta Slot Configuration:");
-    println!("------------------------------------");
-    println!("Status: {}", if m.enabled { "enabled" } else { "disabled" });
-    println!("Keystore token: {}", m.keystore);
-    println!(
+    outln!("Meta Slot Configuration:");
+    outln!("------------------------");
+    outln!("Source: {}", source.1);
+    outln!("Status: {}", if m.enabled { "enabled" } else { "disabled" });
+    outln!("Keystore token: {}", m.keystore);
+    outln!(
         "Auto-key-migrate: {}",
         if m.auto_key_migrate {
             "enabled"
@@ -563,15 +618,18 @@ fn list_probe(
         print_json(&json!({ "config": cfg.source.to_string(), "providers": reports }));
     } else {
         for r in &reports {
-            println!("Provider: {} ({})", r.name, r.path);
+            outln!("Provider: {} ({})", r.name, r.path);
             for e in &r.errors {
-                println!("  error: {e}");
+                outln!("  error: {e}");
             }
             if verbose {
                 if let Some(i) = &r.info {
-                    println!(
+                    outln!(
                         "  library: {} {} ({}), cryptoki {}",
-                        i.description, i.library_version, i.manufacturer, i.cryptoki_version
+                        i.description,
+                        i.library_version,
+                        i.manufacturer,
+                        i.cryptoki_version
                     );
                 }
             }
@@ -582,22 +640,25 @@ fn list_probe(
                     .map(|t| t.label.as_str())
                     .unwrap_or("no token");
                 if verbose {
-                    println!("  Slot {}: {} [{}]", s.id, s.description, s.flags.join(" "));
+                    outln!("  Slot {}: {} [{}]", s.id, s.description, s.flags.join(" "));
                     match &s.token {
                         Some(t) => {
-                            println!(
+                            outln!(
                                 "    Token: \"{}\" ({} {}, serial {})",
-                                t.label, t.manufacturer, t.model, t.serial
+                                t.label,
+                                t.manufacturer,
+                                t.model,
+                                t.serial
                             );
-                            println!("    Token flags: {}", t.flags.join(" "));
+                            outln!("    Token flags: {}", t.flags.join(" "));
                         }
-                        None => println!("    Token: none"),
+                        None => outln!("    Token: none"),
                     }
                 } else {
-                    println!("  Slot {} ({label}):", s.id);
+                    outln!("  Slot {} ({label}):", s.id);
                 }
                 for e in &s.errors {
-                    println!("    error: {e}");
+                    outln!("    error: {e}");
                 }
                 for m in &s.mechanisms {
                     let mut line = format!("    {:<32}", m.name);
@@ -614,7 +675,7 @@ fn list_probe(
                     if let Some(n) = m.min_bytes {
                         line.push_str(&format!("  (min_bytes {n})"));
                     }
-                    println!("{}", line.trim_end());
+                    outln!("{}", line.trim_end());
                 }
             }
         }
@@ -646,10 +707,10 @@ fn refresh(path: &Path, lib: &Path, json: bool) -> Result<u8, Fail> {
         );
     } else {
         for p in &problems {
-            println!("{p}");
+            outln!("{p}");
         }
         if problems.is_empty() {
-            println!("{}: {} provider(s) OK", cfg.source, cfg.providers.len());
+            outln!("{}: {} provider(s) OK", cfg.source, cfg.providers.len());
         }
     }
     Ok(if problems.is_empty() { 0 } else { EXIT_PROBLEM })

@@ -79,6 +79,7 @@ impl OpenCf {
                     meta = Some(MetaInfo {
                         keystore: k,
                         ks_slot: provs[k].meta_slot.unwrap_or(0),
+                        routes: route::routes(&provs, &mechs),
                         mechs,
                         auto_key_migrate: cfg.metaslot.auto_key_migrate,
                     });

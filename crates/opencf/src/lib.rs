@@ -98,10 +98,25 @@ impl Hasher for UlongHasher {
 pub type UlongMap<K, V> = HashMap<K, V, BuildHasherDefault<UlongHasher>>;
 
 /// Framework sessions in sharded maps: a thread working on its own session takes only a shard's
-/// read lock.
+/// read lock — and usually not even that: [`Sessions::with`] keeps, per thread, the session it
+/// used last, valid until any session of the table is removed.
 pub struct Sessions {
     shards: Vec<RwLock<UlongMap<CK_SESSION_HANDLE, Arc<Sess>>>>,
     next: AtomicU64,
+    /// Identifies this table among the framework instances of the process's lifetime.
+    id: u64,
+    /// Bumped after every removal; a thread's cached session is used only while it is unchanged.
+    removals: AtomicU64,
+}
+
+/// Source of [`Sessions::id`].
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A thread's last session: (table id, removals seen, handle, session).
+type LastSession = Option<(u64, u64, CK_SESSION_HANDLE, Arc<Sess>)>;
+
+thread_local! {
+    static LAST_SESSION: std::cell::RefCell<LastSession> = const { std::cell::RefCell::new(None) };
 }
 
 impl Default for Sessions {
@@ -111,6 +126,8 @@ impl Default for Sessions {
                 .map(|_| RwLock::new(UlongMap::default()))
                 .collect(),
             next: AtomicU64::new(1),
+            id: NEXT_TABLE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            removals: AtomicU64::new(0),
         }
     }
 }
@@ -137,12 +154,47 @@ impl Sessions {
             .cloned()
             .ok_or(CKR_SESSION_HANDLE_INVALID)
     }
+    /// Runs `f` on the session behind `h`. The thread's last session is reused without a lock
+    /// while no session has been removed since; a nested call looks up the shard.
+    pub fn with<R>(
+        &self,
+        h: CK_SESSION_HANDLE,
+        f: impl FnOnce(&Sess) -> CkResult<R>,
+    ) -> CkResult<R> {
+        use std::sync::atomic::Ordering::Acquire;
+        let removals = self.removals.load(Acquire);
+        let mut f = Some(f);
+        let cached = LAST_SESSION.try_with(|cell| {
+            let mut c = cell.try_borrow_mut().ok()?;
+            let hit =
+                matches!(&*c, Some((id, r, ch, _)) if *id == self.id && *r == removals && *ch == h);
+            if !hit {
+                match self.get(h) {
+                    Ok(s) => *c = Some((self.id, removals, h, s)),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            let s = &c.as_ref().expect("cached above").3;
+            Some((f.take().expect("closure used once"))(s))
+        });
+        match cached {
+            Ok(Some(r)) => r,
+            _ => match f.take() {
+                Some(f) => f(&*self.get(h)?),
+                None => Err(CKR_GENERAL_ERROR),
+            },
+        }
+    }
     /// Removes a session.
     pub fn remove(&self, h: CK_SESSION_HANDLE) -> Option<Arc<Sess>> {
-        self.shard(h)
+        let r = self
+            .shard(h)
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&h)
+            .remove(&h);
+        self.removals
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        r
     }
     /// Every (handle, session) whose session matches `f`.
     pub fn matching(&self, f: impl Fn(&Sess) -> bool) -> Vec<CK_SESSION_HANDLE> {
@@ -166,6 +218,8 @@ pub struct MetaInfo {
     pub ks_slot: CK_SLOT_ID,
     /// Merged mechanism list.
     pub mechs: HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+    /// Candidate providers of every mechanism and kind of operation.
+    pub routes: route::Routes,
     /// `auto_key_migrate`.
     pub auto_key_migrate: bool,
 }
@@ -215,7 +269,7 @@ impl OpenCf {
 #[doc(hidden)]
 macro_rules! dispatch {
     ($self:ident, $s:expr, |$p:ident, $h:ident, $c:ident| $pass:expr, |$m:ident| $meta:expr) => {
-        match &*$self.sess($s)? {
+        $self.sessions.with($s, |__sess| match __sess {
             $crate::Sess::Pass { prov, h, .. } => {
                 let $p = $self.p(*prov);
                 let $c = &$self.providers[*prov].cfg;
@@ -223,17 +277,17 @@ macro_rules! dispatch {
                 $pass
             }
             $crate::Sess::Meta($m) => $meta,
-        }
+        })
     };
     ($self:ident, $s:expr, |$p:ident, $h:ident| $pass:expr, |$m:ident| $meta:expr) => {
-        match &*$self.sess($s)? {
+        $self.sessions.with($s, |__sess| match __sess {
             $crate::Sess::Pass { prov, h, .. } => {
                 let $p = $self.p(*prov);
                 let $h = *h;
                 $pass
             }
             $crate::Sess::Meta($m) => $meta,
-        }
+        })
     };
 }
 

@@ -28,6 +28,18 @@ pub enum OpKind {
 /// Number of [`OpKind`]s.
 pub const OP_KINDS: usize = 8;
 
+/// Every [`OpKind`], in index order.
+pub const KINDS: [OpKind; OP_KINDS] = [
+    OpKind::Encrypt,
+    OpKind::Decrypt,
+    OpKind::Sign,
+    OpKind::Verify,
+    OpKind::Digest,
+    OpKind::SignRecover,
+    OpKind::VerifyRecover,
+    OpKind::VerifySignature,
+];
+
 impl OpKind {
     /// The `CKF_*` capability a provider must list for the mechanism.
     pub fn flag(self) -> CK_FLAGS {

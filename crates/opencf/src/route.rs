@@ -1,7 +1,7 @@
 //! Routing of metaslot operations: candidate providers, key clones, binding an operation to
 //! the first provider whose init succeeds, and failover on recoverable errors.
 
-use crate::metaslot::{Bound, Cands, MetaSession, Op, OpKind};
+use crate::metaslot::{Bound, Cands, MetaSession, Op, OpKind, KINDS, OP_KINDS};
 use crate::providers::Provider;
 use crate::OpenCf;
 use opencf_abi::sys::*;
@@ -122,29 +122,43 @@ pub fn two_call(mut f: impl FnMut(&mut OutBuf) -> CkResult<()>) -> CkResult<Vec<
     Ok(buf)
 }
 
-impl OpenCf {
-    /// Providers (in config order) whose metaslot slot lists `mech` with `flag` and whose
-    /// policy allows it.
-    pub fn candidates(&self, mech: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> Vec<usize> {
-        self.providers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.mechs.get(&mech).is_some_and(|i| i.flags & flag != 0))
-            .map(|(i, _)| i)
-            .collect()
-    }
+/// How a mechanism is routed for one kind of operation, computed at `C_Initialize` (the
+/// providers' mechanism lists and policies do not change while the framework is initialized).
+#[derive(Clone, Debug, Default)]
+pub struct Route {
+    /// Candidate providers, in config order.
+    pub cands: Cands,
+    /// Some candidate has a `min_bytes` threshold: binding waits for the data length.
+    pub defer: bool,
+}
 
-    /// [`OpenCf::candidates`] without allocating (for a few providers).
-    pub fn candidate_set(&self, mech: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> Cands {
-        let mut c = Cands::default();
-        for (i, p) in self.providers.iter().enumerate() {
-            if p.mechs.get(&mech).is_some_and(|i| i.flags & flag != 0) {
-                c.push(i);
+/// The routes of every mechanism of the metaslot, by kind of operation.
+pub type Routes = crate::UlongMap<CK_MECHANISM_TYPE, Box<[Route; OP_KINDS]>>;
+
+/// Builds [`Routes`] over the providers for the merged mechanism list `mechs`.
+pub fn routes(
+    provs: &[crate::providers::Prov],
+    mechs: &HashMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+) -> Routes {
+    let mut out = Routes::default();
+    for &m in mechs.keys() {
+        let per_kind: [Route; OP_KINDS] = std::array::from_fn(|k| {
+            let flag = KINDS[k].flag();
+            let mut r = Route::default();
+            for (i, p) in provs.iter().enumerate() {
+                if p.mechs.get(&m).is_some_and(|info| info.flags & flag != 0) {
+                    r.cands.push(i);
+                    r.defer |= p.cfg.min_bytes(m).is_some();
+                }
             }
-        }
-        c
+            r
+        });
+        out.insert(m, Box::new(per_kind));
     }
+    out
+}
 
+impl OpenCf {
     /// The metaslot session's session in provider `prov`, opened on first use.
     pub fn session_in(&self, ms: &mut MetaSession, prov: usize) -> CkResult<CK_SESSION_HANDLE> {
         if prov == self.meta()?.keystore {
@@ -460,18 +474,16 @@ impl OpenCf {
         if ms.ops[kind as usize].is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let cands = self.candidate_set(mech.mechanism, kind.flag());
-        if cands.is_empty() {
-            return Err(CKR_MECHANISM_INVALID);
-        }
-        let defer = cands
-            .iter()
-            .any(|&p| self.providers[p].cfg.min_bytes(mech.mechanism).is_some());
+        let route = match self.meta()?.routes.get(&mech.mechanism) {
+            Some(r) if !r[kind as usize].cands.is_empty() => &r[kind as usize],
+            _ => return Err(CKR_MECHANISM_INVALID),
+        };
+        let defer = route.defer;
         let mut op = Op {
             // The parameter is copied only when it may be needed again (below).
             mech: Mechanism::new(mech.mechanism),
             key,
-            cands,
+            cands: route.cands.clone(),
             bound: None,
             extra: extra.to_vec(),
         };

@@ -4,25 +4,11 @@
 //! A metaslot session opens its keystore session at once and sessions in other providers when
 //! an operation first runs there. Login and logout on the metaslot go to the keystore token.
 
-use crate::metaslot::{MetaSession, OP_KINDS};
+use crate::metaslot::{MetaSession, KINDS};
 use crate::{dispatch, OpenCf, Sess, METASLOT_ID};
 use opencf_abi::sys::*;
 use opencf_abi::CkResult;
 use std::sync::{Mutex, MutexGuard};
-
-const KINDS: [crate::metaslot::OpKind; OP_KINDS] = {
-    use crate::metaslot::OpKind::*;
-    [
-        Encrypt,
-        Decrypt,
-        Sign,
-        Verify,
-        Digest,
-        SignRecover,
-        VerifyRecover,
-        VerifySignature,
-    ]
-};
 
 impl OpenCf {
     /// Locks a metaslot session's state.

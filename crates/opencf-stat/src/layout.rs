@@ -120,12 +120,18 @@ pub fn load_name(cells: &[AtomicU64]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot).
+/// The start time of process `pid` (field 22 of `/proc/PID/stat`, clock ticks since boot);
+/// `None` if there is no such process or it has exited and waits to be reaped (a zombie, whose
+/// counters can no longer change).
 pub fn process_start(pid: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may itself contain ") ".
     let rest = &text[text.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+    let mut fields = rest.split_ascii_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(22 - 4)?.parse().ok()
 }
 
 #[cfg(test)]

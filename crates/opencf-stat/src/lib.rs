@@ -89,6 +89,22 @@ impl MechCounters {
         self.c[M_HIST + bucket(latency_ns)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One successful operation on `bytes` bytes of input, without its latency (for callers
+    /// that time only a sample of their operations; see [`MechCounters::latency`]).
+    #[inline]
+    pub fn count(&self, bytes: u64) {
+        self.c[M_OPS].fetch_add(1, Ordering::Relaxed);
+        self.c[M_BYTES].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// The latency of one (sampled) operation: the histogram and the latency sum. Percentiles
+    /// are computed over the histogram, so a sample gives them as well as every operation.
+    #[inline]
+    pub fn latency(&self, latency_ns: u64) {
+        self.c[M_LAT_SUM].fetch_add(latency_ns, Ordering::Relaxed);
+        self.c[M_HIST + bucket(latency_ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// An operation that failed.
     #[inline]
     pub fn error(&self) {

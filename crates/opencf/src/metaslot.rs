@@ -117,6 +117,8 @@ pub struct Op {
     pub bound: Option<Bound>,
     /// Extra init data (the signature of `C_VerifySignatureInit`).
     pub extra: Vec<u8>,
+    /// Input bytes of the multi-part calls so far (for the statistics).
+    pub bytes: u64,
 }
 
 /// A metaslot session.
@@ -132,7 +134,13 @@ pub struct MetaSession {
     pub ops: [Option<Op>; OP_KINDS],
     /// A `C_FindObjects*` search is active (it runs in the keystore session).
     pub finding: bool,
+    /// Operations run, to time one in [`LATENCY_SAMPLE`] for the statistics.
+    pub calls: u32,
 }
+
+/// One operation in this many has its latency measured for `cryptoadm stat` (reading the
+/// clock twice costs about as much as the counting itself).
+pub const LATENCY_SAMPLE: u32 = 16;
 
 impl MetaSession {
     /// A session whose keystore session is `ks`.
@@ -143,6 +151,7 @@ impl MetaSession {
             others: Vec::new(),
             ops: Default::default(),
             finding: false,
+            calls: 0,
         }
     }
     /// The active operation of a kind, or `CKR_OPERATION_NOT_INITIALIZED`.

@@ -23,6 +23,8 @@ pub struct Prov {
     pub label: Option<String>,
     /// Mechanisms of [`Prov::meta_slot`] that the policy allows.
     pub mechs: crate::UlongMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
+    /// Its live counters (`cryptoadm stat`).
+    pub stats: &'static opencf_stat::ProviderStats,
     /// A session the framework owns on [`Prov::meta_slot`], holding key clones (session objects
     /// are visible to every session of the process on that token). Opened on first use.
     pub internal: Mutex<Option<CK_SESSION_HANDLE>>,
@@ -126,6 +128,7 @@ fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
             }
         }
     }
+    let stats = opencf_stat::provider(&cfg.name);
     Ok(Prov {
         cfg,
         p,
@@ -133,6 +136,7 @@ fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
         meta_slot,
         label,
         mechs,
+        stats,
         internal: Mutex::new(None),
     })
 }

@@ -1,7 +1,7 @@
 //! Routing of metaslot operations: candidate providers, key clones, binding an operation to
 //! the first provider whose init succeeds, and failover on recoverable errors.
 
-use crate::metaslot::{Bound, Cands, MetaSession, Op, OpKind, KINDS, OP_KINDS};
+use crate::metaslot::{Bound, Cands, MetaSession, Op, OpKind, KINDS, LATENCY_SAMPLE, OP_KINDS};
 use crate::providers::Provider;
 use crate::OpenCf;
 use opencf_abi::sys::*;
@@ -454,7 +454,10 @@ impl OpenCf {
                     op.bound = Some(Bound { idx: i, prov, h });
                     return Ok(());
                 }
-                Err(e) if recoverable(e) => last = e,
+                Err(e) if recoverable(e) => {
+                    self.left(prov, mech.mechanism, e, i + 1 < op.cands.len());
+                    last = e;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -486,6 +489,7 @@ impl OpenCf {
             cands: route.cands.clone(),
             bound: None,
             extra: extra.to_vec(),
+            bytes: 0,
         };
         if defer {
             op.mech = mech.clone();
@@ -530,14 +534,18 @@ impl OpenCf {
         if op.bound.is_none() {
             self.bind(&mut ms, kind, &mut op, 0, Some(len))?;
         }
+        ms.calls = ms.calls.wrapping_add(1);
+        let timed = ms.calls.is_multiple_of(LATENCY_SAMPLE) && !query;
         let r = loop {
             let b = op.bound.expect("bound");
+            let t0 = timed.then(std::time::Instant::now);
             let r = f(self.p(b.prov), b.h);
             match r {
                 // The operation stays active: a size query, or a buffer too small.
                 Ok(()) if query => break r,
                 Err(CKR_BUFFER_TOO_SMALL) => break r,
                 Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
+                    self.left(b.prov, op.mech.mechanism, e, true);
                     op.bound = None;
                     if self
                         .bind(&mut ms, kind, &mut op, b.idx + 1, Some(len))
@@ -546,7 +554,10 @@ impl OpenCf {
                         return Err(e);
                     }
                 }
-                r => return r,
+                r => {
+                    self.ran(b.prov, op.mech.mechanism, &r, len as u64, t0);
+                    return r;
+                }
             }
         };
         ms.ops[kind as usize] = Some(op);
@@ -559,6 +570,7 @@ impl OpenCf {
         &self,
         m: &Mutex<MetaSession>,
         kind: OpKind,
+        len: usize,
         ends: impl Fn(&CkResult<()>) -> bool,
         f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
@@ -571,10 +583,50 @@ impl OpenCf {
         }
         let b = op.bound.expect("bound");
         let r = f(self.p(b.prov), b.h);
-        if !ends(&r) {
+        op.bytes += len as u64;
+        if ends(&r) {
+            self.ran(b.prov, op.mech.mechanism, &r, op.bytes, None);
+        } else {
             ms.ops[kind as usize] = Some(op);
         }
         r
+    }
+
+    /// Counts an operation that ended in provider `prov` (`cryptoadm stat`): its input bytes,
+    /// its latency if it was timed from `t0`, or an error. A signature that does not verify is
+    /// an answer, not a failure of the provider.
+    fn ran(
+        &self,
+        prov: usize,
+        mech: CK_MECHANISM_TYPE,
+        r: &CkResult<()>,
+        bytes: u64,
+        t0: Option<std::time::Instant>,
+    ) {
+        let c = self.providers[prov].stats.mech(mech);
+        match r {
+            Ok(()) | Err(CKR_SIGNATURE_INVALID | CKR_SIGNATURE_LEN_RANGE) => {
+                c.count(bytes);
+                if let Some(t0) = t0 {
+                    c.latency(t0.elapsed().as_nanos() as u64);
+                }
+            }
+            Err(_) => c.error(),
+        }
+    }
+
+    /// Counts a recoverable error `e` of provider `prov` (`cryptoadm stat`): an error, busy if
+    /// it said so (`CKR_DEVICE_MEMORY`), and a fallback if another candidate takes over.
+    fn left(&self, prov: usize, mech: CK_MECHANISM_TYPE, e: CK_RV, fallback: bool) {
+        let c = self.providers[prov].stats.mech(mech);
+        if e == CKR_DEVICE_MEMORY {
+            c.busy();
+        } else {
+            c.error();
+        }
+        if fallback {
+            c.fallback();
+        }
     }
 
     /// The bound provider of an active operation, binding it if needed (for `C_DigestKey`).

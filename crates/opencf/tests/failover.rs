@@ -100,6 +100,8 @@ module = "{}"
     std::fs::create_dir_all(&ks).unwrap();
     let switch = dir.join("fault");
     std::fs::write(&switch, mode).unwrap();
+    // One statistics directory for the whole test binary (the counters are per process).
+    std::env::set_var("OPENCF_STAT_DIR", stat_dir());
     std::env::set_var("OPENCF_CONF", &path);
     std::env::set_var("OPENCF_SOFTTOKEN_DIR", &ks);
     std::env::set_var("OPENCF_FAULTY_INNER", release("libopencf_softtoken.so"));
@@ -111,6 +113,26 @@ module = "{}"
     p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
         .expect("C_Initialize");
     (p, switch)
+}
+
+fn stat_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("failover-stat-{}", std::process::id()))
+}
+
+/// (operations, errors, fallbacks, busy) of a provider, summed over mechanisms, as
+/// `cryptoadm stat` would read them.
+fn provider_stats(name: &str) -> [u64; 4] {
+    let snap = opencf_stat::read(&stat_dir()).expect("read the statistics");
+    let mut t = [0u64; 4];
+    for (k, v) in &snap.mechanisms {
+        if k.provider == name {
+            t[0] += v.ops;
+            t[1] += v.errors;
+            t[2] += v.fallbacks;
+            t[3] += v.busy;
+        }
+    }
+    t
 }
 
 fn slot_labelled(p: &Pkcs11, label: &str) -> Slot {
@@ -313,7 +335,25 @@ fn failover_under(mode: &str) {
     let s = p.open_rw_session(slot0(&p)).unwrap();
     login(&s);
     let k = make_keys(&s);
+    let (f0, s0) = (provider_stats("faulty"), provider_stats("softtoken"));
     hammer(&p, &k);
+    let (f1, s1) = (provider_stats("faulty"), provider_stats("softtoken"));
+    // `cryptoadm stat` sees where the work went: every operation left the faulty provider.
+    let n = (THREADS * ITERATIONS) as u64;
+    assert!(
+        s1[0] - s0[0] >= n,
+        "softtoken ran the operations: {s0:?} -> {s1:?}"
+    );
+    assert_eq!(f1[0], f0[0], "the faulty provider completed nothing");
+    assert!(
+        f1[2] - f0[2] >= n,
+        "fallbacks counted on the faulty provider: {f0:?} -> {f1:?}"
+    );
+    if mode == "busy" {
+        assert!(f1[3] - f0[3] >= n, "busy answers counted: {f0:?} -> {f1:?}");
+    } else {
+        assert!(f1[1] - f0[1] >= n, "errors counted: {f0:?} -> {f1:?}");
+    }
     drop(s);
     p.finalize().unwrap();
 }

@@ -7,6 +7,9 @@
 #   make test-suites   run the suites without deps and build
 #   make fmt     check formatting (make format applies it)
 #   make lint    clippy on every target, warnings are errors
+#   make install       install the built module, provider, tools and p11-kit module file
+#                      (PREFIX=/usr/local, DESTDIR for staging; see docs/INTEGRATION.md)
+#   make install-user  register target/release/libopencf.so with p11-kit for this user
 #
 # A test suite is a target named suite-NAME; `make test` runs every name in
 # TEST_SUITES in order, keeps going when one fails, prints a summary and fails
@@ -27,12 +30,12 @@ export MODULE VENV
 PYTEST_ARGS ?= -q
 FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm
+TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool
 
-.PHONY: help deps build test test-suites run fmt format lint clean fuzz $(addprefix suite-,$(TEST_SUITES))
+.PHONY: help deps build test test-suites run fmt format lint clean fuzz install install-user uninstall-user $(addprefix suite-,$(TEST_SUITES))
 
 help:
-	@sed -n '1,14p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# \{0,1\}//'
+	@sed -n '1,17p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# \{0,1\}//'
 
 deps:
 	scripts/install-deps.sh
@@ -87,8 +90,51 @@ suite-metaslot:
 suite-cryptoadm-softhsm:
 	tests/consumers/cryptoadm-softhsm.sh
 
+suite-pktool:
+	tests/pktool/run.sh
+
+suite-integration:
+	tests/integration/run.sh
+
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python
+
+# --- installation ------------------------------------------------------------
+# `make install` copies what `make build` made (it builds nothing). libopencf.so finds
+# libopencf_softtoken.so beside itself, so both go to LIBDIR. The p11-kit module file goes
+# where p11-kit reads packaged modules (/usr/share/p11-kit/modules) when that directory
+# exists, else under PREFIX; P11KIT_MODULEDIR overrides.
+
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+P11KIT_MODULEDIR ?= $(if $(wildcard /usr/share/p11-kit/modules),/usr/share/p11-kit/modules,$(PREFIX)/share/p11-kit/modules)
+RELEASE_DIR := $(CURDIR)/target/release
+USER_MODULEDIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/pkcs11/modules
+
+install:
+	@for f in libopencf.so libopencf_softtoken.so cryptoadm; do \
+		[ -e "$(RELEASE_DIR)/$$f" ] || { echo "install: $(RELEASE_DIR)/$$f missing: run make build first" >&2; exit 1; }; \
+	done
+	install -d "$(DESTDIR)$(LIBDIR)" "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(P11KIT_MODULEDIR)"
+	install -m 0755 "$(RELEASE_DIR)/libopencf.so" "$(RELEASE_DIR)/libopencf_softtoken.so" "$(DESTDIR)$(LIBDIR)/"
+	install -m 0755 "$(RELEASE_DIR)/cryptoadm" "$(DESTDIR)$(BINDIR)/"
+	@for f in cfspeed pktool; do \
+		if [ -e "$(RELEASE_DIR)/$$f" ]; then install -m 0755 "$(RELEASE_DIR)/$$f" "$(DESTDIR)$(BINDIR)/"; echo "installed $$f"; \
+		else echo "$$f not built: not installed"; fi; \
+	done
+	sed 's|@LIBDIR@|$(LIBDIR)|' packaging/opencf.module.in >"$(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module"
+	chmod 0644 "$(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module"
+	@echo "p11-kit module file: $(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module"
+
+install-user:
+	@[ -e "$(RELEASE_DIR)/libopencf.so" ] || { echo "install-user: $(RELEASE_DIR)/libopencf.so missing: run make build first" >&2; exit 1; }
+	install -d "$(USER_MODULEDIR)"
+	sed 's|@LIBDIR@|$(RELEASE_DIR)|' packaging/opencf.module.in >"$(USER_MODULEDIR)/opencf.module"
+	@echo "p11-kit module file: $(USER_MODULEDIR)/opencf.module (p11-kit ignores it in programs run as root)"
+
+uninstall-user:
+	rm -f "$(USER_MODULEDIR)/opencf.module"
 
 # --- code quality ------------------------------------------------------------
 

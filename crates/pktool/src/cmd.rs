@@ -1,0 +1,844 @@
+//! The subcommands.
+
+use crate::error::{Ctx, Error, Result};
+use crate::keys::{self, KeyOpts};
+use crate::objects::{self, Selector};
+use crate::pin::SecretSource;
+use crate::token::{self, Token, TokenChoice};
+use crate::uri::Pkcs11Uri;
+use crate::util::{hex, read_file, unhex, write_file};
+use crate::{Cli, Cmd, NewKeyArgs, ObjArgs};
+use cryptoki::object::{Attribute, AttributeType, ObjectClass, ObjectHandle};
+use cryptoki::session::{Session, UserType};
+use cryptoki::types::AuthPin;
+use openssl::pkcs12::Pkcs12;
+use openssl::pkey::PKey;
+use openssl::x509::{X509Req, X509};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+pub struct Env<'a> {
+    pub cli: &'a Cli,
+}
+
+impl Env<'_> {
+    pub fn module(&self) -> Result<PathBuf> {
+        match &self.cli.module {
+            Some(m) => Ok(m.clone()),
+            None => token::default_module(),
+        }
+    }
+
+    /// The token from --token/--slot, else from a URI's token= attribute, else slot 0.
+    pub fn choice(&self, obj: Option<&ObjArgs>) -> Result<TokenChoice> {
+        let mut c = TokenChoice {
+            label: self.cli.token.clone(),
+            slot: self.cli.slot,
+        };
+        if c.label.is_none() && c.slot.is_none() {
+            if let Some(u) = obj.and_then(|o| o.uri.as_deref()) {
+                let u = Pkcs11Uri::parse(u)?;
+                c.label = u.token;
+                c.slot = u.slot_id;
+            }
+        }
+        Ok(c)
+    }
+
+    pub fn open(&self, obj: Option<&ObjArgs>) -> Result<Token> {
+        Token::open(&self.module()?, &self.choice(obj)?)
+    }
+
+    pub fn login(&self, obj: Option<&ObjArgs>) -> Result<(Token, Session)> {
+        let t = self.open(obj)?;
+        let s = t.login(&self.cli.pin.source())?;
+        Ok((t, s))
+    }
+
+    /// Prints JSON, or the human text.
+    pub fn out(&self, v: &Value, human: impl FnOnce() -> String) {
+        use std::io::Write;
+        let text = if self.cli.json {
+            serde_json::to_string_pretty(v).unwrap_or_default()
+        } else {
+            human()
+        };
+        if !text.is_empty() {
+            // A closed pipe (pktool list | head) is not an error worth a panic.
+            let _ = writeln!(std::io::stdout(), "{text}");
+        }
+    }
+}
+
+fn selector(o: &ObjArgs) -> Result<Selector> {
+    Selector::new(
+        o.uri.as_deref(),
+        o.label.as_deref(),
+        o.id.as_deref(),
+        o.kind.as_deref(),
+    )
+}
+
+fn key_opts(n: &NewKeyArgs) -> Result<KeyOpts> {
+    Ok(KeyOpts {
+        label: n.label.clone(),
+        id: n.id.as_deref().map(unhex).transpose()?,
+        sensitive: n.sensitive.unwrap_or(true),
+        extractable: n.extractable.unwrap_or(false),
+    })
+}
+
+pub fn run(cli: &Cli) -> Result<()> {
+    let env = Env { cli };
+    match &cli.cmd {
+        Cmd::Tokens => tokens(&env),
+        Cmd::Inittoken {
+            label,
+            user_pin_file,
+        } => inittoken(&env, label, user_pin_file.as_deref()),
+        Cmd::Setpin {
+            so,
+            new_pin_file,
+            new_pin_env,
+            new_pin,
+        } => {
+            let new = SecretSource {
+                file: new_pin_file.clone(),
+                env: new_pin_env.clone(),
+                value: new_pin.clone(),
+            };
+            setpin(&env, *so, &new)
+        }
+        Cmd::Genkey { keytype, size, new } => {
+            let (t, s) = env.login(None)?;
+            let h = keys::genkey(&s, keytype, *size, &key_opts(new)?)?;
+            let v = objects::describe(&s, h, &t.label, false)?;
+            env.out(&json!({"created": [v]}), || {
+                format!("created {}", objects::human_line(&v))
+            });
+            Ok(())
+        }
+        Cmd::Genkeypair {
+            keytype,
+            size,
+            curve,
+            new,
+        } => {
+            let (t, s) = env.login(None)?;
+            let (pubh, privh) =
+                keys::genkeypair(&s, keytype, *size, curve.as_deref(), &key_opts(new)?)?;
+            let v: Vec<Value> = [privh, pubh]
+                .iter()
+                .map(|h| objects::describe(&s, *h, &t.label, false))
+                .collect::<Result<_>>()?;
+            env.out(&json!({"created": v}), || {
+                v.iter()
+                    .map(|o| format!("created {}", objects::human_line(o)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            Ok(())
+        }
+        Cmd::List {
+            objtype,
+            obj,
+            values,
+        } => list(&env, objtype, obj, *values),
+        Cmd::Delete { obj, yes } => delete(&env, obj, *yes),
+        Cmd::Import { input, new, pass } => import(&env, input, new, &pass.source()),
+        Cmd::Export {
+            obj,
+            output,
+            format,
+            pass,
+        } => export(&env, obj, output, format, &pass.source()),
+        Cmd::Gencsr {
+            obj,
+            subject,
+            san,
+            output,
+            format,
+        } => {
+            let (_, s) = env.login(Some(obj))?;
+            let key = private_key(&s, obj)?;
+            let req = crate::x509::gencsr(
+                &s,
+                key,
+                &crate::x509::CsrOpts {
+                    subject,
+                    san: san.as_deref(),
+                },
+            )?;
+            let data = match format.as_str() {
+                "der" => req.to_der()?,
+                "pem" => req.to_pem()?,
+                f => return Err(Error::Usage(format!("--format {f}: use pem or der"))),
+            };
+            write_file(output, &data)?;
+            note(&env, output, json!({"request": output}), "request");
+            Ok(())
+        }
+        Cmd::Gencert {
+            obj,
+            subject,
+            san,
+            days,
+            serial,
+            ca,
+            cert_label,
+            no_store,
+            output,
+            format,
+        } => {
+            let (t, s) = env.login(Some(obj))?;
+            let key = private_key(&s, obj)?;
+            let cert = crate::x509::gencert(
+                &s,
+                key,
+                &crate::x509::CertOpts {
+                    subject,
+                    san: san.as_deref(),
+                    days: *days,
+                    serial: serial.as_deref(),
+                    ca: *ca,
+                },
+            )?;
+            let mut stored = Value::Null;
+            if !no_store {
+                let a = objects::read(&s, key, &[AttributeType::Label, AttributeType::Id])?;
+                let id = objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default();
+                let label = cert_label.clone().or_else(|| {
+                    objects::bytes_attr(&a, AttributeType::Label)
+                        .map(|l| String::from_utf8_lossy(&l).to_string())
+                });
+                let h = crate::x509::store_cert(&s, &cert, label.as_deref(), &id)?;
+                stored = objects::describe(&s, h, &t.label, false)?;
+            }
+            if let Some(out) = output {
+                write_file(out, &cert_bytes(&cert, format)?)?;
+            }
+            let subject = crate::x509::name_string(cert.subject_name());
+            env.out(
+                &json!({"subject": subject, "stored": stored, "output": output}),
+                || {
+                    let mut t = format!("certificate for {subject}");
+                    if !stored.is_null() {
+                        t += &format!("\nstored {}", objects::human_line(&stored));
+                    }
+                    t
+                },
+            );
+            Ok(())
+        }
+        Cmd::Signcsr {
+            obj,
+            csr,
+            ca_cert,
+            days,
+            serial,
+            ca,
+            output,
+            format,
+        } => {
+            let (_, s) = env.login(Some(obj))?;
+            let key = private_key(&s, obj)?;
+            let data = read_file(csr)?;
+            let req = X509Req::from_pem(&data)
+                .or_else(|_| X509Req::from_der(&data))
+                .map_err(|_| Error::File(format!("{} is not a PKCS#10 request", csr.display())))?;
+            let ca_x509 = match ca_cert {
+                Some(f) => load_cert(f)?,
+                None => cert_of_key(&s, key)?,
+            };
+            let cert = crate::x509::signcsr(
+                &s,
+                key,
+                &ca_x509,
+                &req,
+                &crate::x509::SignOpts {
+                    days: *days,
+                    serial: serial.as_deref(),
+                    ca: *ca,
+                },
+            )?;
+            write_file(output, &cert_bytes(&cert, format)?)?;
+            note(&env, output, json!({"certificate": output}), "certificate");
+            Ok(())
+        }
+        Cmd::Migrate(args) => crate::migrate::run(&env, args),
+    }
+}
+
+/// Tells where the output went, unless it went to stdout.
+fn note(env: &Env, output: &Path, v: Value, what: &str) {
+    if output.as_os_str() != "-" {
+        env.out(&v, || format!("{what} written to {}", output.display()));
+    }
+}
+
+fn cert_bytes(cert: &X509, format: &str) -> Result<Vec<u8>> {
+    Ok(match format {
+        "der" => cert.to_der()?,
+        "pem" => cert.to_pem()?,
+        f => return Err(Error::Usage(format!("--format {f}: use pem or der"))),
+    })
+}
+
+fn load_cert(path: &Path) -> Result<X509> {
+    let data = read_file(path)?;
+    X509::from_pem(&data)
+        .or_else(|_| X509::from_der(&data))
+        .map_err(|_| Error::File(format!("{} is not an X.509 certificate", path.display())))
+}
+
+/// The private key an ObjArgs names (the class is forced to private).
+fn private_key(s: &Session, obj: &ObjArgs) -> Result<ObjectHandle> {
+    let mut sel = selector(obj)?;
+    sel.class = Some(ObjectClass::PRIVATE_KEY);
+    objects::find_one(s, &sel)
+}
+
+/// The token certificate with a key's CKA_ID.
+fn cert_of_key(s: &Session, key: ObjectHandle) -> Result<X509> {
+    let a = objects::read(s, key, &[AttributeType::Id])?;
+    let id = objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default();
+    let sel = Selector {
+        label: None,
+        id: Some(id.clone()),
+        class: Some(ObjectClass::CERTIFICATE),
+    };
+    let found = objects::find(s, &sel)?;
+    let h = match found.len() {
+        1 => found[0],
+        0 => {
+            return Err(Error::NotFound(format!(
+                "no certificate with the key's id {} in the token; give --ca-cert FILE",
+                hex(&id)
+            )))
+        }
+        n => {
+            return Err(Error::Ambiguous(format!(
+                "{n} certificates have id {}",
+                hex(&id)
+            )))
+        }
+    };
+    let a = objects::read(s, h, &[AttributeType::Value])?;
+    let der = objects::bytes_attr(&a, AttributeType::Value)
+        .ok_or_else(|| Error::TokenState("the certificate object has no value".into()))?;
+    Ok(X509::from_der(&der)?)
+}
+
+fn tokens(env: &Env) -> Result<()> {
+    let p11 = token::load(&env.module()?)?;
+    let slots = p11.get_all_slots().ctx(|| "listing slots".into())?;
+    let mut out = Vec::new();
+    for slot in slots {
+        let si = p11
+            .get_slot_info(slot)
+            .ctx(|| format!("reading slot {}", slot.id()))?;
+        let mut v = json!({
+            "slot": slot.id(),
+            "description": si.slot_description().trim_end(),
+            "token_present": si.token_present(),
+        });
+        if si.token_present() {
+            let ti = p11
+                .get_token_info(slot)
+                .ctx(|| format!("reading the token in slot {}", slot.id()))?;
+            let pin_state = |to_change: bool, locked: bool, low: bool, final_try: bool| {
+                if locked {
+                    "locked"
+                } else if to_change {
+                    "expired (default PIN, must be changed)"
+                } else if final_try {
+                    "final try"
+                } else if low {
+                    "count low"
+                } else {
+                    "ok"
+                }
+            };
+            let mut flags = Vec::new();
+            for (on, name) in [
+                (ti.token_initialized(), "TOKEN_INITIALIZED"),
+                (ti.login_required(), "LOGIN_REQUIRED"),
+                (ti.user_pin_initialized(), "USER_PIN_INITIALIZED"),
+                (ti.user_pin_to_be_changed(), "USER_PIN_TO_BE_CHANGED"),
+                (ti.user_pin_locked(), "USER_PIN_LOCKED"),
+                (ti.user_pin_count_low(), "USER_PIN_COUNT_LOW"),
+                (ti.user_pin_final_try(), "USER_PIN_FINAL_TRY"),
+                (ti.so_pin_to_be_changed(), "SO_PIN_TO_BE_CHANGED"),
+                (ti.so_pin_locked(), "SO_PIN_LOCKED"),
+                (ti.write_protected(), "WRITE_PROTECTED"),
+            ] {
+                if on {
+                    flags.push(name);
+                }
+            }
+            v["token"] = json!({
+                "label": ti.label().trim_end(),
+                "manufacturer": ti.manufacturer_id().trim_end(),
+                "model": ti.model().trim_end(),
+                "serial": ti.serial_number().trim_end(),
+                "flags": flags,
+                "user_pin": pin_state(ti.user_pin_to_be_changed(), ti.user_pin_locked(),
+                    ti.user_pin_count_low(), ti.user_pin_final_try()),
+                "so_pin": pin_state(ti.so_pin_to_be_changed(), ti.so_pin_locked(),
+                    ti.so_pin_count_low(), ti.so_pin_final_try()),
+            });
+        }
+        out.push(v);
+    }
+    env.out(&json!({ "slots": out }), || {
+        out.iter()
+            .map(|v| {
+                let mut l = format!("slot {}: {}", v["slot"], v["description"].as_str().unwrap_or(""));
+                match v.get("token") {
+                    Some(t) if t["flags"].as_array().is_some_and(|f| {
+                        f.iter().any(|x| x == "TOKEN_INITIALIZED")
+                    }) =>
+                    {
+                        l += &format!(
+                            "\n  token: {}  ({} {}, serial {})\n  user PIN: {}  SO PIN: {}\n  flags: {}",
+                            t["label"].as_str().unwrap_or(""),
+                            t["manufacturer"].as_str().unwrap_or(""),
+                            t["model"].as_str().unwrap_or(""),
+                            t["serial"].as_str().unwrap_or(""),
+                            t["user_pin"].as_str().unwrap_or(""),
+                            t["so_pin"].as_str().unwrap_or(""),
+                            t["flags"]
+                                .as_array()
+                                .map(|f| f.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+                                .unwrap_or_default()
+                        );
+                    }
+                    Some(_) => l += "\n  token: not initialized (pktool --slot N inittoken)",
+                    None => l += "\n  no token",
+                }
+                l
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+fn inittoken(env: &Env, label: &str, user_pin_file: Option<&Path>) -> Result<()> {
+    let slot_id = env.cli.slot.ok_or_else(|| {
+        Error::Usage("inittoken needs --slot ID (pktool tokens lists them)".into())
+    })?;
+    let p11 = token::load(&env.module()?)?;
+    let slot = token::find_slot(
+        &p11,
+        &TokenChoice {
+            label: None,
+            slot: Some(slot_id),
+        },
+    )?;
+    let so = env.cli.pin.source().get("new SO PIN")?;
+    p11.init_token(slot, &AuthPin::from(so.to_string()), label)
+        .ctx(|| format!("initializing the token in slot {slot_id}"))?;
+    let mut user = false;
+    if let Some(f) = user_pin_file {
+        let upin = SecretSource {
+            file: Some(f.to_path_buf()),
+            ..Default::default()
+        }
+        .get("user PIN")?;
+        let s = p11
+            .open_rw_session(slot)
+            .ctx(|| format!("opening a session on slot {slot_id}"))?;
+        s.login(UserType::So, Some(&AuthPin::from(so.to_string())))
+            .ctx(|| "logging in as SO".into())?;
+        s.init_pin(&AuthPin::from(upin.to_string()))
+            .ctx(|| "setting the user PIN".into())?;
+        user = true;
+    }
+    env.out(
+        &json!({"slot": slot_id, "label": label, "user_pin_set": user}),
+        || format!("token '{label}' initialized in slot {slot_id}"),
+    );
+    Ok(())
+}
+
+/// The default PIN of a fresh OpenCF softtoken, which must be changed before use.
+const FRESH_PIN: &str = "changeme";
+
+fn setpin(env: &Env, so: bool, new: &SecretSource) -> Result<()> {
+    let t = env.open(None)?;
+    let info = t
+        .p11
+        .get_token_info(t.slot)
+        .ctx(|| "reading the token info".into())?;
+    let who = if so { "SO" } else { "user" };
+    let expired = if so {
+        info.so_pin_to_be_changed()
+    } else {
+        info.user_pin_to_be_changed()
+    };
+    let old = match env.cli.pin.source().given("PIN")? {
+        Some(p) => p,
+        None if expired => {
+            if !env.cli.json {
+                eprintln!("pktool: the {who} PIN is the expired default; using '{FRESH_PIN}' as the old PIN");
+            }
+            zeroize::Zeroizing::new(FRESH_PIN.to_string())
+        }
+        None => crate::pin::prompt(&format!("current {who} PIN of '{}': ", t.label))?,
+    };
+    let newpin = match new.given("new PIN")? {
+        Some(p) => p,
+        None => {
+            let a = crate::pin::prompt(&format!("new {who} PIN: "))?;
+            let b = crate::pin::prompt(&format!("new {who} PIN again: "))?;
+            if *a != *b {
+                return Err(Error::Usage("the two new PINs differ".into()));
+            }
+            a
+        }
+    };
+    let s = t.session()?;
+    let ut = if so { UserType::So } else { UserType::User };
+    match s.login(ut, Some(&AuthPin::from(old.to_string()))) {
+        Err(cryptoki::error::Error::Pkcs11(cryptoki::error::RvError::UserAlreadyLoggedIn, _)) => {}
+        r => r.ctx(|| format!("logging in as {who} to '{}'", t.label))?,
+    }
+    s.set_pin(
+        &AuthPin::from(old.to_string()),
+        &AuthPin::from(newpin.to_string()),
+    )
+    .ctx(|| format!("changing the {who} PIN of '{}'", t.label))?;
+    env.out(&json!({"token": t.label, "changed": who}), || {
+        format!("{who} PIN of '{}' changed", t.label)
+    });
+    Ok(())
+}
+
+fn list(env: &Env, objtype: &str, obj: &ObjArgs, values: bool) -> Result<()> {
+    let (t, s) = env.login(Some(obj))?;
+    let mut sel = selector(obj)?;
+    let classes: Vec<ObjectClass> = match objtype {
+        "all" => vec![],
+        "keys" => vec![
+            ObjectClass::PRIVATE_KEY,
+            ObjectClass::PUBLIC_KEY,
+            ObjectClass::SECRET_KEY,
+        ],
+        other => vec![objects::class_from_name(other)?],
+    };
+    let mut handles = Vec::new();
+    if classes.is_empty() || sel.class.is_some() {
+        handles = objects::find(&s, &sel)?;
+    } else {
+        for c in classes.iter() {
+            sel.class = Some(*c);
+            handles.extend(objects::find(&s, &sel)?);
+        }
+    }
+    let items: Vec<Value> = handles
+        .iter()
+        .map(|h| objects::describe(&s, *h, &t.label, values))
+        .collect::<Result<_>>()?;
+    env.out(&json!({"token": t.label, "objects": items}), || {
+        let mut out = format!("token '{}': {} object(s)", t.label, items.len());
+        for i in &items {
+            out += "\n";
+            out += &objects::human_line(i);
+        }
+        out
+    });
+    Ok(())
+}
+
+fn confirm(question: &str) -> Result<bool> {
+    use std::io::{BufRead, Write};
+    let mut tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .map_err(|_| Error::Usage("no terminal to confirm on; add -y to delete".into()))?;
+    write!(tty, "{question} [y/N] ").map_err(|e| Error::io("/dev/tty", e))?;
+    let mut line = String::new();
+    std::io::BufReader::new(&tty)
+        .read_line(&mut line)
+        .map_err(|e| Error::io("/dev/tty", e))?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}
+
+fn delete(env: &Env, obj: &ObjArgs, yes: bool) -> Result<()> {
+    let (t, s) = env.login(Some(obj))?;
+    let sel = selector(obj)?;
+    if sel.is_empty() {
+        return Err(Error::Usage(
+            "name what to delete with --label, --id or --uri".into(),
+        ));
+    }
+    let found = objects::find(&s, &sel)?;
+    if found.is_empty() {
+        return Err(Error::NotFound(format!(
+            "no object matches {}",
+            sel.describe()
+        )));
+    }
+    let items: Vec<Value> = found
+        .iter()
+        .map(|h| objects::describe(&s, *h, &t.label, false))
+        .collect::<Result<_>>()?;
+    if !yes {
+        for i in &items {
+            eprintln!("{}", objects::human_line(i));
+        }
+        if !confirm(&format!("Delete these {} object(s)?", items.len()))? {
+            env.out(&json!({"deleted": []}), || "nothing deleted".into());
+            return Ok(());
+        }
+    }
+    for (h, i) in found.iter().zip(&items) {
+        s.destroy_object(*h)
+            .ctx(|| format!("deleting {}", i["uri"].as_str().unwrap_or("")))?;
+    }
+    env.out(&json!({"deleted": items}), || {
+        items
+            .iter()
+            .map(|i| format!("deleted {}", i["uri"].as_str().unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+fn pem_label(data: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(data).ok()?;
+    let start = text.find("-----BEGIN ")? + 11;
+    let end = text[start..].find("-----")? + start;
+    Some(text[start..end].to_string())
+}
+
+fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Result<()> {
+    let data = read_file(input)?;
+    let name = input.display();
+    let o = key_opts(new)?;
+    let pem = pem_label(&data);
+    let bad = |what: &str| Error::File(format!("{name}: not a valid {what}"));
+    enum Item {
+        Private(PKey<openssl::pkey::Private>),
+        Public(PKey<openssl::pkey::Public>),
+        Cert(X509),
+        P12,
+    }
+    let item = match pem.as_deref() {
+        Some("CERTIFICATE") => Item::Cert(X509::from_pem(&data).map_err(|_| bad("certificate"))?),
+        Some("PUBLIC KEY") | Some("RSA PUBLIC KEY") => Item::Public(
+            PKey::public_key_from_pem(&data)
+                .or_else(|_| {
+                    openssl::rsa::Rsa::public_key_from_pem_pkcs1(&data).and_then(PKey::from_rsa)
+                })
+                .map_err(|_| bad("public key"))?,
+        ),
+        Some("ENCRYPTED PRIVATE KEY") => {
+            let p = pass.get(&format!("password of {name}"))?;
+            Item::Private(
+                PKey::private_key_from_pem_passphrase(&data, p.as_bytes()).map_err(|_| {
+                    Error::File(format!(
+                        "{name}: cannot decrypt the private key (wrong password?)"
+                    ))
+                })?,
+            )
+        }
+        Some(l) if l.ends_with("PRIVATE KEY") => {
+            Item::Private(PKey::private_key_from_pem(&data).map_err(|_| bad("private key"))?)
+        }
+        Some(l) => return Err(Error::File(format!("{name}: PEM '{l}' is not importable"))),
+        None => {
+            if let Ok(c) = X509::from_der(&data) {
+                Item::Cert(c)
+            } else if let Ok(k) = PKey::private_key_from_der(&data) {
+                Item::Private(k)
+            } else if let Ok(k) = PKey::public_key_from_der(&data) {
+                Item::Public(k)
+            } else if Pkcs12::from_der(&data).is_ok() {
+                Item::P12
+            } else {
+                return Err(Error::File(format!(
+                    "{name}: not a certificate, key or PKCS#12 file in PEM or DER"
+                )));
+            }
+        }
+    };
+    let (t, s) = env.login(None)?;
+    let mut created = Vec::new();
+    match item {
+        Item::Private(k) => {
+            let h = keys::store_keypair(&s, &k, &o)?;
+            created.push(h);
+        }
+        Item::Public(k) => created.push(keys::store_public(&s, &k, &o)?),
+        Item::Cert(c) => {
+            let id = match &o.id {
+                Some(id) => id.clone(),
+                None => keys::pkey_id(&c.public_key()?)?,
+            };
+            created.push(crate::x509::store_cert(&s, &c, o.label.as_deref(), &id)?);
+        }
+        Item::P12 => {
+            let p12 = Pkcs12::from_der(&data).map_err(|_| bad("PKCS#12 file"))?;
+            let p = pass.get(&format!("password of {name}"))?;
+            let parsed = p12.parse2(&p).map_err(|_| {
+                Error::File(format!(
+                    "{name}: cannot open the PKCS#12 file: wrong password or damaged file (MAC check failed)"
+                ))
+            })?;
+            let key = parsed.pkey.ok_or_else(|| {
+                Error::File(format!("{name}: the PKCS#12 file holds no private key"))
+            })?;
+            let mut o = o.clone();
+            if o.id.is_none() {
+                o.id = Some(keys::pkey_id(&keys::public_half(&key)?)?);
+            }
+            if o.label.is_none() {
+                o.label = parsed.cert.as_ref().and_then(|c| {
+                    c.subject_name()
+                        .entries_by_nid(openssl::nid::Nid::COMMONNAME)
+                        .next()
+                        .and_then(|e| e.data().to_string().ok())
+                });
+            }
+            created.push(keys::store_keypair(&s, &key, &o)?);
+            if let Some(c) = &parsed.cert {
+                let id = o.id.clone().unwrap_or_default();
+                created.push(crate::x509::store_cert(&s, c, o.label.as_deref(), &id)?);
+            }
+            for c in parsed.ca.iter().flatten() {
+                let id = keys::pkey_id(&c.public_key()?)?;
+                created.push(crate::x509::store_cert(&s, &c.to_owned(), None, &id)?);
+            }
+        }
+    }
+    // A private key brings its public key along: show both.
+    let mut shown = Vec::new();
+    for h in &created {
+        shown.push(objects::describe(&s, *h, &t.label, false)?);
+    }
+    if let Some(first) = shown.first().cloned() {
+        if first["class"] == "private" {
+            let sel = Selector {
+                label: None,
+                id: Some(unhex(first["id"].as_str().unwrap_or(""))?),
+                class: Some(ObjectClass::PUBLIC_KEY),
+            };
+            for h in objects::find(&s, &sel)? {
+                shown.insert(1, objects::describe(&s, h, &t.label, false)?);
+            }
+        }
+    }
+    env.out(&json!({"created": shown}), || {
+        shown
+            .iter()
+            .map(|o| format!("imported {}", objects::human_line(o)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+fn export(
+    env: &Env,
+    obj: &ObjArgs,
+    output: &Path,
+    format: &str,
+    pass: &SecretSource,
+) -> Result<()> {
+    let (_, s) = env.login(Some(obj))?;
+    let sel = selector(obj)?;
+    let h = objects::find_one(&s, &sel)?;
+    let class = objects::class_of(&s, h)?;
+    let data = match class {
+        ObjectClass::CERTIFICATE => {
+            let a = objects::read(&s, h, &[AttributeType::Value])?;
+            let der = objects::bytes_attr(&a, AttributeType::Value)
+                .ok_or_else(|| Error::TokenState("the certificate has no value".into()))?;
+            cert_bytes(&X509::from_der(&der)?, format)?
+        }
+        ObjectClass::PUBLIC_KEY => {
+            let k = keys::public_pkey(&s, h)?;
+            match format {
+                "pem" => k.public_key_to_pem()?,
+                "der" => k.public_key_to_der()?,
+                f => {
+                    return Err(Error::Usage(format!(
+                        "--format {f}: a public key is pem or der"
+                    )))
+                }
+            }
+        }
+        ObjectClass::PRIVATE_KEY => {
+            let a = objects::read(
+                &s,
+                h,
+                &[AttributeType::Sensitive, AttributeType::Extractable],
+            )?;
+            let sensitive = objects::bool_attr(&a, AttributeType::Sensitive).unwrap_or(true);
+            let extractable = objects::bool_attr(&a, AttributeType::Extractable).unwrap_or(false);
+            if sensitive || !extractable {
+                return Err(Error::TokenState(format!(
+                    "the private key ({}) cannot be exported: CKA_SENSITIVE={sensitive}, \
+                     CKA_EXTRACTABLE={extractable} (export needs a key that is extractable and not sensitive)",
+                    sel.describe()
+                )));
+            }
+            let k = keys::private_pkey(&s, h)?;
+            match format {
+                "pem" | "pkcs8" => k.private_key_to_pem_pkcs8()?,
+                "der" => k.private_key_to_pkcs8()?,
+                "pkcs12" | "p12" => {
+                    let cert = cert_of_key(&s, h).ok();
+                    let p = pass.get("password for the PKCS#12 file")?;
+                    let mut b = Pkcs12::builder();
+                    b.pkey(&k);
+                    if let Some(c) = &cert {
+                        b.cert(c);
+                    }
+                    if let Some(l) = &sel.label {
+                        b.name(l);
+                    }
+                    b.build2(&p)?.to_der()?
+                }
+                f => {
+                    return Err(Error::Usage(format!(
+                        "--format {f}: a private key is pem/pkcs8, der or pkcs12"
+                    )))
+                }
+            }
+        }
+        _ => {
+            return Err(Error::Usage(
+                "only certificates, public keys and private keys can be exported".into(),
+            ))
+        }
+    };
+    write_file(output, &data)?;
+    note(env, output, json!({"output": output}), "export");
+    Ok(())
+}
+
+/// Attribute helpers for migrate.
+pub fn is_token_object(s: &Session, h: ObjectHandle) -> bool {
+    objects::read(s, h, &[AttributeType::Token])
+        .ok()
+        .and_then(|a| objects::bool_attr(&a, AttributeType::Token))
+        .unwrap_or(false)
+}
+
+pub fn label_id(s: &Session, h: ObjectHandle) -> (Option<String>, Vec<u8>) {
+    let a = objects::read(s, h, &[AttributeType::Label, AttributeType::Id]).unwrap_or_default();
+    (
+        objects::bytes_attr(&a, AttributeType::Label)
+            .map(|l| String::from_utf8_lossy(&l).to_string()),
+        objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default(),
+    )
+}
+
+pub fn attr_present(t: &[Attribute], ty: AttributeType) -> bool {
+    t.iter().any(|a| a.attribute_type() == ty)
+}

@@ -1,0 +1,87 @@
+//! Where PINs and passwords come from: a file, an environment variable, the command line
+//! (unsafe: visible in `ps`), or a prompt on /dev/tty with echo off.
+
+use crate::error::{Error, Result};
+use std::io::{BufRead, Write};
+use zeroize::Zeroizing;
+
+#[derive(Debug, Clone, Default)]
+pub struct SecretSource {
+    pub file: Option<std::path::PathBuf>,
+    pub env: Option<String>,
+    pub value: Option<String>,
+}
+
+impl SecretSource {
+    pub fn is_given(&self) -> bool {
+        self.file.is_some() || self.env.is_some() || self.value.is_some()
+    }
+
+    /// The secret from the first source given, else from a prompt.
+    pub fn get(&self, what: &str) -> Result<Zeroizing<String>> {
+        match self.given(what)? {
+            Some(s) => Ok(s),
+            None => prompt(&format!("{what}: ")),
+        }
+    }
+
+    /// The secret from the first source given, or None.
+    pub fn given(&self, what: &str) -> Result<Option<Zeroizing<String>>> {
+        if let Some(v) = &self.value {
+            return Ok(Some(Zeroizing::new(v.clone())));
+        }
+        if let Some(var) = &self.env {
+            return std::env::var(var)
+                .map(|v| Some(Zeroizing::new(v)))
+                .map_err(|_| {
+                    Error::Usage(format!("{what}: environment variable {var} is not set"))
+                });
+        }
+        if let Some(path) = &self.file {
+            let data = Zeroizing::new(std::fs::read(path).map_err(|e| {
+                Error::io(
+                    format!("cannot read the file {} holding the {what}", path.display()),
+                    e,
+                )
+            })?);
+            let text = std::str::from_utf8(&data)
+                .map_err(|_| Error::File(format!("{what} file {} is not UTF-8", path.display())))?;
+            // The first line, without its line end.
+            let line = text.lines().next().unwrap_or("");
+            return Ok(Some(Zeroizing::new(line.to_string())));
+        }
+        Ok(None)
+    }
+}
+
+/// Prompts on /dev/tty with echo off.
+pub fn prompt(text: &str) -> Result<Zeroizing<String>> {
+    use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions};
+    let no_tty = |_| {
+        Error::Usage(format!(
+            "{} needed but there is no terminal to ask on; use --pin-file, --pin-env or --pin",
+            text.trim_end_matches([':', ' '])
+        ))
+    };
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .map_err(no_tty)?;
+    let saved = tcgetattr(&tty).map_err(|e| no_tty(std::io::Error::from(e)))?;
+    let mut quiet = saved.clone();
+    quiet.local_modes.remove(LocalModes::ECHO);
+    quiet.local_modes.insert(LocalModes::ECHONL);
+    (&tty)
+        .write_all(text.as_bytes())
+        .map_err(|e| Error::io("cannot write to /dev/tty", e))?;
+    tcsetattr(&tty, OptionalActions::Flush, &quiet).map_err(|e| no_tty(std::io::Error::from(e)))?;
+    let mut line = Zeroizing::new(String::new());
+    let read = std::io::BufReader::new(&tty).read_line(&mut line);
+    let _ = tcsetattr(&tty, OptionalActions::Flush, &saved);
+    read.map_err(|e| Error::io("cannot read from /dev/tty", e))?;
+    while line.ends_with(['\n', '\r']) {
+        line.pop();
+    }
+    Ok(line)
+}

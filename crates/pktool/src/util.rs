@@ -1,0 +1,102 @@
+//! Hex, DER building blocks and small helpers.
+
+use crate::error::{Error, Result};
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Result<Vec<u8>> {
+    let s: String = s.chars().filter(|c| *c != ':').collect();
+    if !s.len().is_multiple_of(2) {
+        return Err(Error::Usage(format!("'{s}' is not hex: odd length")));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16)
+                .map_err(|_| Error::Usage(format!("'{s}' is not hex")))
+        })
+        .collect()
+}
+
+/// DER length octets.
+pub fn der_len(len: usize) -> Vec<u8> {
+    if len < 0x80 {
+        return vec![len as u8];
+    }
+    let bytes: Vec<u8> = len
+        .to_be_bytes()
+        .iter()
+        .copied()
+        .skip_while(|b| *b == 0)
+        .collect();
+    let mut out = vec![0x80 | bytes.len() as u8];
+    out.extend(bytes);
+    out
+}
+
+/// One DER TLV with the given tag.
+pub fn der_tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    out.extend(der_len(content.len()));
+    out.extend_from_slice(content);
+    out
+}
+
+/// Splits the first TLV off `data`: (whole TLV, content, rest).
+pub fn der_next(data: &[u8]) -> Result<(&[u8], &[u8], &[u8])> {
+    let bad = || Error::File("malformed DER".into());
+    if data.len() < 2 {
+        return Err(bad());
+    }
+    let first = data[1] as usize;
+    let (hdr, len) = if first < 0x80 {
+        (2, first)
+    } else {
+        let n = first & 0x7f;
+        if n == 0 || n > 4 || data.len() < 2 + n {
+            return Err(bad());
+        }
+        (
+            2 + n,
+            data[2..2 + n]
+                .iter()
+                .fold(0usize, |a, b| (a << 8) | *b as usize),
+        )
+    };
+    let end = hdr.checked_add(len).ok_or_else(bad)?;
+    if data.len() < end {
+        return Err(bad());
+    }
+    Ok((&data[..end], &data[hdr..end], &data[end..]))
+}
+
+/// The content of a DER OCTET STRING, or the bytes unchanged when they are not one
+/// (CKA_EC_POINT is an OCTET STRING; some modules store the raw point).
+pub fn unwrap_octet_string(data: &[u8]) -> Vec<u8> {
+    if data.first() == Some(&0x04) {
+        if let Ok((whole, content, rest)) = der_next(data) {
+            if rest.is_empty() && whole.len() == data.len() {
+                return content.to_vec();
+            }
+        }
+    }
+    data.to_vec()
+}
+
+/// Reads a whole file, naming it in the error.
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
+}
+
+/// Writes a file (or stdout for "-"), naming it in the error.
+pub fn write_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    if path.as_os_str() == "-" {
+        use std::io::Write;
+        return std::io::stdout()
+            .write_all(data)
+            .map_err(|e| Error::io("cannot write to stdout", e));
+    }
+    std::fs::write(path, data).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+}

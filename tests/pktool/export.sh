@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# pktool export: certificates and public keys as PEM/DER (loaded by openssl); private keys only
+# when extractable and not sensitive, as PKCS#8 or PKCS#12.
+source "$(dirname "$0")/lib.sh"
+init_pin
+PKTP genkeypair --keytype rsa --label locked >/dev/null
+PKTP gencert --label locked --subject "CN=exp" >/dev/null
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ec.pem 2>/dev/null
+PKTP import -i ec.pem --label open --sensitive false --extractable >/dev/null
+PKTP gencert --label open --subject "CN=open" >/dev/null
+ok "certificate PEM" PKTP export --label locked --type cert -o c.pem
+ok "openssl reads it" openssl x509 -in c.pem -noout -subject
+ok "certificate DER" PKTP export --label locked --type cert --format der -o c.der
+ok "openssl reads the DER" openssl x509 -inform DER -in c.der -noout
+ok "public key PEM" PKTP export --label locked --type public -o k.pub
+ok "openssl reads the public key" openssl pkey -pubin -in k.pub -noout
+ok "public key DER" PKTP export --label locked --type public --format der -o k.der
+ok "openssl reads the DER public key" openssl pkey -pubin -inform DER -in k.der -noout
+check "sensitive private key refused (exit 3, reason given)" 3 'CKA_SENSITIVE=true, CKA_EXTRACTABLE=false' PKTP export --label locked --type private
+ok "extractable private key as PKCS#8" PKTP export --label open --type private --format pkcs8 -o open.pem
+ok "same key as imported" bash -c "openssl pkey -in open.pem -pubout | cmp - <(openssl pkey -in ec.pem -pubout)"
+printf 'exp-pass\n' >pp
+ok "as PKCS#12 with its certificate" PKTP export --label open --type private --format pkcs12 --p12-pass-file pp -o open.p12
+ok "openssl opens the PKCS#12 (key and cert)" bash -c "openssl pkcs12 -in open.p12 -passin file:pp -nodes | grep -q 'BEGIN CERTIFICATE' && openssl pkcs12 -in open.p12 -passin file:pp -nodes | grep -q 'PRIVATE KEY'"
+check "ambiguous label: exit 5" 5 '3 objects match' PKTP export --label locked
+check "stdout by default" 0 'BEGIN CERTIFICATE' PKTP export --label locked --type cert
+finish

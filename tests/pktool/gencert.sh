@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# pktool gencert: self-signed certificates from RSA, EC, Ed25519 keys; stored with the key's id.
+source "$(dirname "$0")/lib.sh"
+init_pin
+for kt in rsa ec ed25519; do
+    PKTP genkeypair --keytype $kt --label $kt >/dev/null
+    ok "$kt: gencert" PKTP gencert --label $kt --subject "CN=$kt self" --san "DNS:$kt.example" --days 10 -o $kt.crt
+    check "$kt: openssl x509 -text parses it" 0 "Subject: CN ?= ?$kt self" openssl x509 -in $kt.crt -noout -text
+    ok "$kt: self-signature verifies" openssl verify -CAfile $kt.crt -partial_chain $kt.crt
+    ok "$kt: certificate key equals token public key" bash -c "openssl x509 -in $kt.crt -pubkey -noout | cmp - <($PKTOOL --module $MODULE_LIB --pin-file $WORK/pin export --label $kt --type public)"
+    jcheck "$kt: stored in the token with the key's id" \
+        "len(d['objects']) == 3 and len({o['id'] for o in d['objects']}) == 1" PKTP --json list --label $kt
+done
+check "validity in days" 0 'notAfter' openssl x509 -in rsa.crt -noout -enddate
+ok "--ca sets CA:TRUE" bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin gencert --label ec --subject CN=ca --ca --no-store -o ca.crt && openssl x509 -in ca.crt -noout -text | grep -q 'CA:TRUE'"
+check "--serial" 0 'serial=0ABCDEF1' bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin gencert --label ec --subject CN=s --serial 0abcdef1 --no-store -o s.crt && openssl x509 -in s.crt -noout -serial"
+PKTP genkeypair --keytype x25519 --label xk >/dev/null
+check "X25519 cannot sign: usage error" 2 'RSA, EC and EdDSA' PKTP gencert --label xk --subject CN=x
+finish

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# pktool import: PEM/DER private keys, public keys, certificates; PKCS#12 (openssl-made) whose
+# key then signs data that openssl verifies; wrong password and bad files.
+source "$(dirname "$0")/lib.sh"
+init_pin
+openssl req -x509 -newkey rsa:2048 -nodes -keyout rsa.key -out rsa.crt -subj /CN=p12-user -days 5 2>/dev/null
+printf 'p12-pass\n' >p12pass
+openssl pkcs12 -export -inkey rsa.key -in rsa.crt -out user.p12 -passout file:p12pass
+jcheck "PKCS#12 import: key pair and certificate" \
+    "sorted(o['class'] for o in d['created']) == ['cert', 'private', 'public'] and len({o['id'] for o in d['created']}) == 1" \
+    PKTP --json import -i user.p12 --p12-pass-file p12pass --label p12
+id="$(PKTP --json list --label p12 --type private | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"][0]["id"])')"
+printf 'data to sign\n' >data
+ok "the imported key signs (pkcs11-tool)" P11 --login --pin "$PIN" --sign -m SHA256-RSA-PKCS --id "$id" -i data -o data.sig
+ok "openssl dgst -verify accepts it" openssl dgst -sha256 -verify <(openssl x509 -in rsa.crt -pubkey -noout) -signature data.sig data
+check "unset password variable: usage error" 2 "NOPE_UNSET_VAR_X is not set" PKTP import -i user.p12 --p12-pass-env NOPE_UNSET_VAR_X
+printf 'wrong\n' >badpass
+check "wrong PKCS#12 password: exit 4 and message" 4 'cannot open the PKCS#12 file: wrong password' PKTP import -i user.p12 --p12-pass-file badpass
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out ec.pem 2>/dev/null
+jcheck "PEM EC private key (PKCS#8)" "d['created'][0]['curve'] == 'P-384' and d['created'][1]['class'] == 'public'" PKTP --json import -i ec.pem --label ec
+openssl pkey -in ec.pem -pubout -out ec.pub
+ok "stored public key equals the file's" bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin export --label ec --type public | cmp - ec.pub"
+openssl genpkey -algorithm ED25519 -outform DER -out ed.der 2>/dev/null
+jcheck "DER Ed25519 private key" "d['created'][0]['curve'] == 'Ed25519'" PKTP --json import -i ed.der --label ed
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 2>/dev/null | openssl pkey -pubout -out rsa.pub
+jcheck "PEM public key alone" "len(d['created']) == 1 and d['created'][0]['class'] == 'public' and d['created'][0]['bits'] == 2048" PKTP --json import -i rsa.pub --label pubonly
+openssl x509 -in rsa.crt -outform DER -out rsa.der
+jcheck "DER certificate with --id" "d['created'][0]['class'] == 'cert' and d['created'][0]['id'] == 'beef'" PKTP --json import -i rsa.der --label c2 --id beef
+echo "not a key" >junk.txt
+check "unrecognised file: exit 4" 4 'not a certificate, key or PKCS#12' PKTP import -i junk.txt
+check "missing file: exit 4" 4 'cannot read missing.pem' PKTP import -i missing.pem
+printf 'x' >unreadable.pem; chmod 000 unreadable.pem
+if [ "$(id -u)" -ne 0 ]; then
+    check "unreadable file: exit 4" 4 'cannot read unreadable.pem' PKTP import -i unreadable.pem
+else
+    check "unreadable file (a directory): exit 4" 4 'cannot read' PKTP import -i "$WORK"
+fi
+finish

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# pktool list: keys, certificates, all; attributes; filters; URI selection; --json.
+source "$(dirname "$0")/lib.sh"
+init_pin
+PKTP genkeypair --keytype ec --label web >/dev/null
+PKTP gencert --label web --subject "CN=web.example" >/dev/null
+PKTP genkey --label aes --id 0a0b >/dev/null
+check "human list shows every object" 0 "4 object\(s\)" PKTP list
+check "human line has type, curve, flags and URI" 0 'curve="P-256"' PKTP list --objtype keys
+check "flags shown" 0 'flags: .*sign' PKTP list --label web --type private
+jcheck "--objtype keys: 3 keys, no cert" "len(d['objects']) == 3 and all(o['class'] != 'cert' for o in d['objects'])" PKTP --json list --objtype keys
+jcheck "--objtype cert: the certificate with subject" "len(d['objects']) == 1 and d['objects'][0]['subject'] == 'CN=web.example'" PKTP --json list --objtype cert
+jcheck "--label filter" "sorted(o['class'] for o in d['objects']) == ['cert', 'private', 'public']" PKTP --json list --label web
+jcheck "--id filter" "len(d['objects']) == 1 and d['objects'][0]['label'] == 'aes'" PKTP --json list --id 0a0b
+jcheck "URI selection (percent-encoded id)" "len(d['objects']) == 1 and d['objects'][0]['class'] == 'secret-key'" \
+    PKTP --json list --uri 'pkcs11:token=OpenCF%20Metaslot;id=%0A%0B;type=secret-key'
+uri="$(PKTP --json list --label web --type private | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"][0]["uri"])')"
+jcheck "the URI list prints selects that object" "len(d['objects']) == 1 and d['objects'][0]['label'] == 'web'" PKTP --json list --uri "$uri"
+check "bad URI is a usage error" 2 'unknown attribute' PKTP list --uri 'pkcs11:colour=red'
+check "bad --type" 2 'unknown object type' PKTP list --type thing
+jcheck "sensitive values are not shown" "'value' not in d['objects'][0]" PKTP --json list --label aes --values
+finish

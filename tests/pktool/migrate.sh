@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# pktool migrate: a SoftHSMv2 token with RSA, EC and AES keys (extractable and not, sensitive
+# and not) and a certificate is copied into the OpenCF token; every extractable object arrives
+# with identical attributes, the non-extractable key is reported.
+source "$(dirname "$0")/lib.sh"
+[ -e "$SOFTHSM" ] || { echo "SKIP: $SOFTHSM not installed"; echo "FAIL softhsm missing"; exit 1; }
+mkdir -p "$WORK/softhsm"
+printf 'directories.tokendir = %s\nobjectstore.backend = file\n' "$WORK/softhsm" >"$WORK/softhsm2.conf"
+export SOFTHSM2_CONF="$WORK/softhsm2.conf"
+softhsm2-util --init-token --free --label source --pin 1234 --so-pin 4321 >/dev/null
+init_pin
+SRC() { "$PKTOOL" --module "$SOFTHSM" --token source --pin 1234 "$@"; }
+ok "src: RSA pair, extractable, not sensitive" SRC genkeypair --keytype rsa --label rsa --id 01 --extractable --sensitive false
+ok "src: EC pair, extractable, sensitive" SRC genkeypair --keytype ec --label ec --id 02 --extractable --sensitive true
+ok "src: AES-256, extractable, not sensitive" SRC genkey --label aes --id 03 --extractable --sensitive false
+ok "src: AES-128, extractable, sensitive" SRC genkey --label aes128 --size 128 --id 04 --extractable --sensitive true
+ok "src: EC pair, not extractable" SRC genkeypair --keytype ec --label stuck --id 05 --extractable false
+ok "src: certificate for the RSA key" SRC gencert --label rsa --subject "CN=migrated"
+SRC --json list --values >src.json
+check "migrate reports the non-extractable key and exits 3" 3 'not copied .*label="stuck".*not extractable' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+PKTP --json list --values >dst.json
+cat >cmp.py <<'PY'
+import json, sys
+src = json.load(open("src.json"))["objects"]
+dst = json.load(open("dst.json"))["objects"]
+FIELDS = ["class", "label", "id", "key_type", "modulus", "public_exponent", "ec_point", "curve", "bits", "value", "subject"]
+FLAGS = ["token", "private", "sensitive", "extractable", "encrypt", "decrypt", "sign", "verify", "wrap", "unwrap", "derive"]
+bad = []
+copied = 0
+for s in src:
+    if s["label"] == "stuck" and s["class"] == "private":
+        if any(d["label"] == "stuck" and d["class"] == "private" for d in dst):
+            bad.append("the non-extractable key was copied")
+        continue
+    m = [d for d in dst if (d["class"], d["label"], d["id"]) == (s["class"], s["label"], s["id"])]
+    if len(m) != 1:
+        bad.append("missing %s %s" % (s["class"], s["label"]))
+        continue
+    d = m[0]
+    for f in FIELDS:
+        if s.get(f) != d.get(f):
+            bad.append("%s %s: %s differs: %r != %r" % (s["class"], s["label"], f, s.get(f), d.get(f)))
+    for f in FLAGS:
+        if f in s["flags"] and s["flags"][f] != d["flags"].get(f):
+            bad.append("%s %s: flag %s differs" % (s["class"], s["label"], f))
+    copied += 1
+if sys.argv[1:] == ["value"]:
+    aes = [d for d in dst if d["label"] == "aes"]
+    sys.exit(0 if aes and len(aes[0].get("value", "")) == 64 else 1)
+print("copied and identical:", copied, "problems:", bad)
+sys.exit(1 if bad or copied != 8 else 0)
+PY
+check "every extractable object copied with identical attributes" 0 'copied and identical: 8 problems: \[\]' python3 cmp.py
+ok "non-sensitive AES CKA_VALUE compared (present in both)" python3 cmp.py value
+# The copied sensitive EC key (wrapped path) signs; the source public key verifies.
+printf 'after migration\n' >data
+ok "migrated EC key signs" P11 --login --pin "$PIN" --sign -m ECDSA-SHA256 --signature-format openssl --id 02 -i data -o data.sig
+ok "source public key (from SoftHSM) verifies it" bash -c "$PKTOOL --module $SOFTHSM --token source --pin 1234 export --id 02 --type public -o src02.pub && openssl dgst -sha256 -verify src02.pub -signature data.sig data"
+check "second run: everything present, stuck key reported again" 3 'present .*label="rsa"' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+jcheck "json report names the reason" \
+    "any(o['label'] == 'stuck' and o['status'] == 'not copied' and 'CKA_EXTRACTABLE=false' in o['reason'] for o in d['objects'])" \
+    bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin --json migrate --from-module $SOFTHSM --from-token source --from-pin 1234; [ \$? -eq 3 ]"
+check "wrong source PIN named" 3 'CKR_PIN_INCORRECT' PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 9999
+finish

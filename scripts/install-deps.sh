@@ -31,6 +31,18 @@ APT_PACKAGES=(
     python3
     python3-venv
     python3-dev
+    # tests/integration (docs/INTEGRATION.md): software that loads libopencf.so
+    p11-kit                   # p11-kit list-modules
+    p11-kit-modules           # p11-kit-proxy.so
+    libengine-pkcs11-openssl  # OpenSSL's pkcs11 engine (libp11)
+    nginx
+    libnss3-tools             # modutil, certutil, pk12util, selfserv, tstclnt
+    openssh-client
+    openssh-server            # sshd, run on loopback by the test
+    default-jdk-headless      # javac, SunPKCS11
+    golang-go                 # crypto11 (a newer go on PATH is used first)
+    nodejs                    # pkcs11js; npm comes with it or from Debian's npm
+    curl
 )
 
 log() { printf '[deps] %s\n' "$*"; }

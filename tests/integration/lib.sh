@@ -135,6 +135,26 @@ token_init() {
         p11 --login --pin changeme --change-pin --new-pin "$PIN"
 }
 
+# An OpenSSL configuration that loads the libp11 pkcs11 engine with libopencf.so as its
+# PKCS#11 module (used with OPENSSL_CONF; nginx reads it too).
+write_openssl_conf() { # file, engine .so
+    cat >"$1" <<EOF
+openssl_conf = openssl_init
+
+[openssl_init]
+engines = engine_section
+
+[engine_section]
+pkcs11 = pkcs11_section
+
+[pkcs11_section]
+engine_id = pkcs11
+dynamic_path = $2
+MODULE_PATH = $LIB
+init = 0
+EOF
+}
+
 # A free TCP port on 127.0.0.1 (the kernel's choice among the ephemeral ports).
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck source-path=SCRIPTDIR
+# shellcheck source-path=SCRIPTDIR disable=SC2317  # functions run through check/check_out
 # OpenSSL 3 with the libp11 pkcs11 engine (Debian libengine-pkcs11-openssl) pointed at
 # libopencf.so by an OpenSSL configuration file in a temporary directory (OPENSSL_CONF).
 # Keys made through slot 0 ("OpenCF Metaslot") sign a self-signed certificate (openssl req),
@@ -79,15 +79,20 @@ check_out "pkeyutl -sign RSA-PSS, verified with the certificate" 'Verified Succe
     -pkeyopt rsa_pss_saltlen:32
 check_out "pkeyutl -sign ECDSA, verified with the certificate" 'Verified Successfully' \
     sign_verify "$WORK/ec.pem" "$EC_URI"
-check_out "openssl dgst -sha256 -sign with the EC engine key" 'Verified OK' bash -c '
-    openssl dgst -sha256 -engine pkcs11 -keyform engine -sign "$1" -out "$2/dsig" "$2/data" &&
-    openssl x509 -in "$2/ec.pem" -pubkey -noout >"$2/ec.pub" &&
-    openssl dgst -sha256 -verify "$2/ec.pub" -signature "$2/dsig" "$2/data"' _ "$EC_URI;pin-value=$PIN" "$WORK"
-oaep=(-pkeyopt rsa_padding_mode:oaep -pkeyopt rsa_oaep_md:sha256)
-check "pkeyutl -decrypt RSA-OAEP with the engine key" bash -c '
-    openssl pkeyutl -encrypt -certin -inkey "$2/rsa.pem" -in "$2/hash" -out "$2/ct" "${@:3}" &&
-    openssl pkeyutl -decrypt -engine pkcs11 -keyform engine -inkey "$1" -in "$2/ct" -out "$2/pt" "${@:3}" &&
-    cmp "$2/pt" "$2/hash"' _ "$RSA_URI;pin-value=$PIN" "$WORK" "${oaep[@]}"
+dgst_sign_verify() {
+    openssl dgst -sha256 "${ENG[@]}" -sign "$EC_URI;pin-value=$PIN" -out "$WORK/dsig" "$WORK/data" &&
+        openssl x509 -in "$WORK/ec.pem" -pubkey -noout >"$WORK/ec.pub" &&
+        openssl dgst -sha256 -verify "$WORK/ec.pub" -signature "$WORK/dsig" "$WORK/data"
+}
+oaep_decrypt() {
+    local oaep=(-pkeyopt rsa_padding_mode:oaep -pkeyopt rsa_oaep_md:sha256)
+    openssl pkeyutl -encrypt -certin -inkey "$WORK/rsa.pem" -in "$WORK/hash" -out "$WORK/ct" "${oaep[@]}" &&
+        openssl pkeyutl -decrypt "${ENG[@]}" -inkey "$RSA_URI;pin-value=$PIN" -in "$WORK/ct" -out "$WORK/pt" \
+            "${oaep[@]}" &&
+        cmp "$WORK/pt" "$WORK/hash"
+}
+check_out "openssl dgst -sha256 -sign with the EC engine key" 'Verified OK' dgst_sign_verify
+check "pkeyutl -decrypt RSA-OAEP with the engine key" oaep_decrypt
 check_stat "cryptoadm stat: the softtoken made the PKCS#1 v1.5 signature" softtoken 'CKM_RSA_PKCS'
 check_stat "cryptoadm stat: the softtoken made the PSS signature" softtoken 'CKM_RSA_PKCS_PSS'
 check_stat "cryptoadm stat: the softtoken made the ECDSA signatures" softtoken 'CKM_ECDSA' 2

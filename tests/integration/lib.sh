@@ -135,6 +135,16 @@ token_init() {
         p11 --login --pin changeme --change-pin --new-pin "$PIN"
 }
 
+# Prints the libp11 engine's path (Debian libengine-pkcs11-openssl); fails when it is missing.
+find_pkcs11_engine() {
+    local f
+    for f in "$(openssl version -e 2>/dev/null | sed -n 's/^ENGINESDIR: "\(.*\)"$/\1/p')/pkcs11.so" \
+        /usr/lib/x86_64-linux-gnu/engines-3/pkcs11.so /usr/lib/*/engines-3/pkcs11.so; do
+        if [ -e "$f" ]; then echo "$f"; return 0; fi
+    done
+    return 1
+}
+
 # An OpenSSL configuration that loads the libp11 pkcs11 engine with libopencf.so as its
 # PKCS#11 module (used with OPENSSL_CONF; nginx reads it too).
 write_openssl_conf() { # file, engine .so

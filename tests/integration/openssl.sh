@@ -12,11 +12,7 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 integration_init openssl
 
-ENGINE_SO=""
-for f in "$(openssl version -e 2>/dev/null | sed -n 's/^ENGINESDIR: "\(.*\)"$/\1/p')/pkcs11.so" \
-    /usr/lib/x86_64-linux-gnu/engines-3/pkcs11.so /usr/lib/*/engines-3/pkcs11.so; do
-    if [ -e "$f" ]; then ENGINE_SO="$f"; break; fi
-done
+ENGINE_SO="$(find_pkcs11_engine)"
 if [ -z "$ENGINE_SO" ]; then
     skip "OpenSSL pkcs11 engine" "engines-3/pkcs11.so not found (Debian: libengine-pkcs11-openssl)"
     fail "the libp11 engine is installed"

@@ -271,6 +271,20 @@ pub fn is_ulong_attr(t: CK_ATTRIBUTE_TYPE) -> bool {
     )
 }
 
+/// Whether a public or private key of type `kt` can do what usage attribute `t` allows: RSA
+/// encrypts, decrypts, signs, verifies, wraps and unwraps (with recovery); EC, EdDSA and ML-DSA
+/// keys sign and verify; ML-KEM keys encapsulate and decapsulate; Montgomery (X25519/X448)
+/// keys only derive, which defaults to false for every key. An unknown type keeps every flag.
+fn usage_applies(kt: Option<CK_KEY_TYPE>, t: CK_ATTRIBUTE_TYPE) -> bool {
+    match kt {
+        Some(CKK_RSA) => !matches!(t, CKA_ENCAPSULATE | CKA_DECAPSULATE),
+        Some(CKK_EC | CKK_EC_EDWARDS | CKK_ML_DSA) => matches!(t, CKA_SIGN | CKA_VERIFY),
+        Some(CKK_ML_KEM) => matches!(t, CKA_ENCAPSULATE | CKA_DECAPSULATE),
+        Some(CKK_EC_MONTGOMERY) => false,
+        _ => true,
+    }
+}
+
 /// Fills the defaults of a new object (caller values win) and the token-set attributes.
 pub fn apply_defaults(attrs: &mut AttrMap, class: CK_OBJECT_CLASS, origin: Origin) {
     let mut def = |t: CK_ATTRIBUTE_TYPE, v: Vec<u8>| {
@@ -316,30 +330,33 @@ pub fn apply_defaults(attrs: &mut AttrMap, class: CK_OBJECT_CLASS, origin: Origi
             };
             attrs.set_flag(CKA_LOCAL, local);
             attrs.set_ulong(CKA_KEY_GEN_MECHANISM, gen);
+            let kt = attrs.ulong(CKA_KEY_TYPE).ok().flatten();
+            // A usage flag defaults to true only where the key type can do it.
+            let can = |t: CK_ATTRIBUTE_TYPE| f(usage_applies(kt, t));
             let mut def = |t: CK_ATTRIBUTE_TYPE, v: Vec<u8>| {
                 attrs.entry(t).or_insert(v);
             };
             match class {
                 CKO_PUBLIC_KEY => {
                     def(CKA_SUBJECT, Vec::new());
-                    def(CKA_ENCRYPT, f(true));
-                    def(CKA_VERIFY, f(true));
-                    def(CKA_VERIFY_RECOVER, f(true));
-                    def(CKA_WRAP, f(true));
+                    def(CKA_ENCRYPT, can(CKA_ENCRYPT));
+                    def(CKA_VERIFY, can(CKA_VERIFY));
+                    def(CKA_VERIFY_RECOVER, can(CKA_VERIFY_RECOVER));
+                    def(CKA_WRAP, can(CKA_WRAP));
                     def(CKA_TRUSTED, f(false));
-                    def(CKA_ENCAPSULATE, f(true));
+                    def(CKA_ENCAPSULATE, can(CKA_ENCAPSULATE));
                 }
                 CKO_PRIVATE_KEY => {
                     def(CKA_SUBJECT, Vec::new());
                     def(CKA_SENSITIVE, f(true));
-                    def(CKA_DECRYPT, f(true));
-                    def(CKA_SIGN, f(true));
-                    def(CKA_SIGN_RECOVER, f(true));
-                    def(CKA_UNWRAP, f(true));
+                    def(CKA_DECRYPT, can(CKA_DECRYPT));
+                    def(CKA_SIGN, can(CKA_SIGN));
+                    def(CKA_SIGN_RECOVER, can(CKA_SIGN_RECOVER));
+                    def(CKA_UNWRAP, can(CKA_UNWRAP));
                     def(CKA_EXTRACTABLE, f(true));
                     def(CKA_WRAP_WITH_TRUSTED, f(false));
                     def(CKA_ALWAYS_AUTHENTICATE, f(false));
-                    def(CKA_DECAPSULATE, f(true));
+                    def(CKA_DECAPSULATE, can(CKA_DECAPSULATE));
                 }
                 _ => {
                     def(CKA_SENSITIVE, f(false));
@@ -469,6 +486,41 @@ mod tests {
         );
         assert_eq!(check_change(&a, CKA_LABEL, b"x", false, false), Ok(()));
         assert!(is_hidden(&a, CKA_VALUE));
+    }
+
+    #[test]
+    fn usage_defaults_follow_the_key_type() {
+        let key = |class, kt| {
+            let mut a = AttrMap::new();
+            a.set_ulong(CKA_KEY_TYPE, kt);
+            apply_defaults(&mut a, class, Origin::Generated(0));
+            a
+        };
+        let ec = key(CKO_PRIVATE_KEY, CKK_EC);
+        assert!(ec.is_true(CKA_SIGN));
+        for t in [
+            CKA_DECRYPT,
+            CKA_UNWRAP,
+            CKA_DECAPSULATE,
+            CKA_SIGN_RECOVER,
+            CKA_DERIVE,
+        ] {
+            assert!(!ec.is_true(t), "EC private key: {t:#x} off by default");
+        }
+        let ec_pub = key(CKO_PUBLIC_KEY, CKK_EC);
+        assert!(ec_pub.is_true(CKA_VERIFY));
+        for t in [CKA_ENCRYPT, CKA_WRAP, CKA_ENCAPSULATE, CKA_VERIFY_RECOVER] {
+            assert!(!ec_pub.is_true(t), "EC public key: {t:#x} off by default");
+        }
+        let rsa = key(CKO_PRIVATE_KEY, CKK_RSA);
+        for t in [CKA_SIGN, CKA_DECRYPT, CKA_UNWRAP, CKA_SIGN_RECOVER] {
+            assert!(rsa.is_true(t), "RSA private key: {t:#x} on by default");
+        }
+        assert!(!rsa.is_true(CKA_DECAPSULATE));
+        let kem = key(CKO_PRIVATE_KEY, CKK_ML_KEM);
+        assert!(kem.is_true(CKA_DECAPSULATE) && !kem.is_true(CKA_SIGN));
+        let x = key(CKO_PRIVATE_KEY, CKK_EC_MONTGOMERY);
+        assert!(!x.is_true(CKA_SIGN) && !x.is_true(CKA_DECRYPT));
     }
 
     #[test]

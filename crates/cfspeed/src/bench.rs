@@ -23,6 +23,10 @@ pub struct RunResult {
     pub latencies_us: Vec<f64>,
     /// Process CPU time during the run over its wall time, in % of one CPU.
     pub cpu_percent: f64,
+    /// User-mode CPU time over wall time, in % of all the machine's CPUs.
+    pub user_percent_all: f64,
+    /// Kernel CPU time over wall time, in % of all the machine's CPUs.
+    pub sys_percent_all: f64,
     /// Voluntary context switches (blocking) per 1000 operations.
     pub voluntary_per_kop: f64,
     /// Involuntary context switches (preemption) per 1000 operations.
@@ -86,10 +90,16 @@ pub fn run(
         latencies_us.extend(lats);
     }
     let per_kop = |d: u64| d as f64 * 1000.0 / total_ops.max(1) as f64;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let all = |a: Duration, b: Duration| {
+        a.saturating_sub(b).as_secs_f64() * 100.0 / (wall.as_secs_f64() * cpus)
+    };
     Ok(RunResult {
         ops_per_s,
         latencies_us,
         cpu_percent: (u1.cpu.saturating_sub(u0.cpu)).as_secs_f64() * 100.0 / wall.as_secs_f64(),
+        user_percent_all: all(u1.user, u0.user),
+        sys_percent_all: all(u1.system, u0.system),
         voluntary_per_kop: per_kop(u1.voluntary.saturating_sub(u0.voluntary)),
         involuntary_per_kop: per_kop(u1.involuntary.saturating_sub(u0.involuntary)),
     })

@@ -10,6 +10,10 @@ use std::time::Duration;
 pub struct Usage {
     /// User plus system CPU time of all threads.
     pub cpu: Duration,
+    /// User-mode CPU time of all threads.
+    pub user: Duration,
+    /// Kernel CPU time spent for the process.
+    pub system: Duration,
     /// Voluntary context switches (blocking: locks, I/O).
     pub voluntary: u64,
     /// Involuntary context switches (preemption: other work on the CPU).
@@ -21,6 +25,8 @@ pub fn usage() -> Usage {
     match opencf_abi::os::process_usage() {
         Some(u) => Usage {
             cpu: u.user + u.system,
+            user: u.user,
+            system: u.system,
             voluntary: u.voluntary_switches,
             involuntary: u.involuntary_switches,
         },

@@ -2,47 +2,54 @@
 //! native OpenSSL and with another PKCS#11 module, in the same run.
 //!
 //! ```text
-//! cfspeed [MECH…] [--module PATH] [--slot N | --token LABEL] [--pin PIN]
+//! cfspeed [BENCH…] [--module PATH] [--slot N | --token LABEL] [--pin PIN [--new-pin NEW]]
 //!         [--native] [--vs-module PATH [--vs-slot N] [--vs-pin PIN]]
-//!         [--threads N] [--seconds S] [--runs R] [--sizes 16,64,…] [--json]
+//!         [--threads N] [--multi N] [--seconds S] [--runs R] [--sizes 16,64,…]
+//!         [--rsa-bits 2048,3072] [--break-even] [--json] [--json-out FILE] [--chart FILE.svg]
 //! ```
 //!
 //! Every figure is the median of `--runs` timed runs of `--seconds` each;
 //! the implementations are interleaved run by run so that a noisy machine
-//! disturbs them alike.
+//! disturbs them alike. With no benchmark named, a short representative set
+//! runs with `--native` in well under a minute.
 
 #![forbid(unsafe_code)]
 
 mod bench;
+mod breakeven;
+mod chart;
 mod cpu;
 mod mechs;
+mod multi;
 mod p11;
 mod raw;
 mod report;
+mod spec;
 
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 
 use crate::bench::{calibrate, median, percentile, RunResult};
-use crate::mechs::{Bench, NativeKind, NativeTarget, P11Target, Target};
+use crate::mechs::{NativeKind, NativeTarget, P11Target, Target};
 use crate::p11::{short_name, Module, ModuleSpec};
 use crate::report::{Machine, ModuleInfo, Ratio, Report, Row};
+use crate::spec::{parse_sizes, Bench, Cipher, Curve, Digest, PkOp, RsaMech};
 
 /// Measure PKCS#11 mechanisms through the C ABI, beside native OpenSSL and
 /// another PKCS#11 module.
 #[derive(Parser, Debug)]
-#[command(name = "cfspeed", version)]
+#[command(name = "cfspeed", version, after_help = AFTER_HELP)]
 struct Args {
-    /// Mechanisms: CKM_AES_GCM, CKM_SHA256_RSA_PKCS, CKM_ECDSA, find
-    /// (C_FindObjects by label among --find-objects token objects).
-    /// Default: CKM_AES_GCM CKM_SHA256_RSA_PKCS CKM_ECDSA.
+    /// Benchmarks, `MECHANISM[:PARAMETER][:OPERATION]` (see below). Default:
+    /// a short set (AES-GCM 16 and 8192 bytes, SHA-256 1024 bytes, RSA-2048
+    /// sign, ECDSA P-256 sign) with --native, 3 runs of 0.5 s.
     mechanisms: Vec<String>,
 
-    /// The PKCS#11 module to measure. Default: libopencf.so, else
-    /// libopencf_softtoken.so, next to the cfspeed executable.
+    /// The PKCS#11 module to measure. Default: libopencf.so (its slot 0 is the
+    /// metaslot), else libopencf_softtoken.so, next to the cfspeed executable.
     #[arg(long, env = "CFSPEED_MODULE")]
     module: Option<PathBuf>,
     /// Slot id. Default: the first slot with an initialized token.
@@ -51,11 +58,13 @@ struct Args {
     /// Token label (instead of --slot).
     #[arg(long)]
     token: Option<String>,
-    /// User PIN.
+    /// User PIN. Without one cfspeed does not log in and its keys are public
+    /// session objects (enough for every benchmark but `find`).
     #[arg(long, env = "CFSPEED_PIN")]
     pin: Option<String>,
     /// If the token says the user PIN must be changed, change it to this
-    /// (a fresh OpenCF softtoken has PIN `changeme`, expired).
+    /// (a fresh OpenCF softtoken has PIN `changeme`, expired). Never done
+    /// without this option.
     #[arg(long)]
     new_pin: Option<String>,
 
@@ -72,7 +81,7 @@ struct Args {
     /// Token label in --vs-module (instead of --vs-slot).
     #[arg(long)]
     vs_token: Option<String>,
-    /// User PIN of --vs-module's token.
+    /// User PIN of --vs-module's token (without one: public session objects).
     #[arg(long, env = "CFSPEED_VS_PIN")]
     vs_pin: Option<String>,
 
@@ -83,31 +92,69 @@ struct Args {
     /// Measure only --threads N, not also 1 thread (for profiling).
     #[arg(long, hide = true)]
     only_threads: bool,
-    /// AES-GCM with several threads: one key object per thread instead of
+    /// Run N cfspeed processes side by side and add up their figures (like
+    /// `openssl speed -multi`).
+    #[arg(long, default_value_t = 1)]
+    multi: usize,
+    /// Internal: a process started by --multi (JSON on stdout, no progress).
+    #[arg(long, hide = true)]
+    child: bool,
+    /// Ciphers with several threads: one key object per thread instead of
     /// one key shared by all (shows what sharing a key object costs).
     #[arg(long)]
     key_per_thread: bool,
-    /// Seconds per timed run.
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
-    /// Timed runs per figure; the median is reported.
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
-    /// Input sizes in bytes for bulk mechanisms.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "16,64,256,1024,8192,16384"
-    )]
-    sizes: Vec<usize>,
+    /// Seconds per timed run. Default 1, or 0.5 for the default set.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Timed runs per figure; the median is reported. Default 5, or 3 for
+    /// the default set.
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Input sizes in bytes for bulk mechanisms (`16k` = 16384). Default
+    /// 16,64,256,1024,8192,16384; with --break-even powers of two 16..64k.
+    #[arg(long, value_parser = parse_sizes)]
+    sizes: Option<std::vec::Vec<usize>>,
+    /// RSA key sizes for RSA benchmarks named without one.
+    #[arg(long, value_delimiter = ',', default_value = "2048")]
+    rsa_bits: Vec<u32>,
     /// Token objects the `find` benchmark searches among (created once,
     /// reused by later runs on the same keystore).
     #[arg(long, default_value_t = 10_000)]
     find_objects: usize,
+    /// Find the input size from which the module is faster than --vs-module
+    /// (or, without it, native OpenSSL) and print the `min_bytes` policy
+    /// line for the configuration.
+    #[arg(long)]
+    break_even: bool,
     /// Print the results as JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON report to FILE (the tables still print).
+    #[arg(long, value_name = "FILE")]
+    json_out: Option<PathBuf>,
+    /// Draw the results into an SVG file: MB/s over size per bulk mechanism,
+    /// ops/s bars for the others.
+    #[arg(long, value_name = "FILE.svg")]
+    chart: Option<PathBuf>,
 }
+
+const AFTER_HELP: &str = "\
+Benchmarks:
+  bulk (per --sizes): CKM_AES_GCM CKM_AES_CBC_PAD CKM_AES_CBC CKM_AES_CTR CKM_AES_ECB
+    CKM_CHACHA20_POLY1305 CKM_SHA256 CKM_SHA384 CKM_SHA512 CKM_SHA3_256 CKM_SHA256_HMAC
+  RSA (size from the name or --rsa-bits): CKM_SHA256_RSA_PKCS[:BITS][:verify]
+    CKM_SHA256_RSA_PKCS_PSS[:BITS][:verify] CKM_RSA_PKCS_OAEP[:BITS] (decrypt)
+  CKM_ECDSA[:P-256|P-384|P-521][:verify] CKM_EDDSA[:verify] (Ed25519)
+  CKM_ECDH1_DERIVE (P-256) CKM_ML_DSA[:verify] (ML-DSA-65)
+  CKM_ML_KEM[:encapsulate|:decapsulate] (ML-KEM-768; both without an operation)
+  find (C_FindObjects among --find-objects token objects; needs --pin)
+A benchmark whose mechanism a module does not list is skipped for it with a note.
+Examples:
+  cfspeed
+  cfspeed CKM_SHA256_RSA_PKCS:3072 CKM_ECDSA:P-384:verify --native
+  cfspeed CKM_AES_CTR --sizes 64,1k,16k --vs-module /usr/lib/softhsm/libsofthsm2.so
+  cfspeed CKM_AES_GCM --break-even --native
+  cfspeed CKM_AES_GCM --native --chart gcm.svg";
 
 fn default_module() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating cfspeed: {e}"))?;
@@ -155,21 +202,161 @@ struct Samples {
     runs: Vec<Vec<RunResult>>,
 }
 
-fn run(args: Args) -> Result<bool, String> {
-    if args.threads == 0
-        || args.runs == 0
-        || args.seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
-    {
-        return Err("--threads, --runs and --seconds must be positive".into());
-    }
-    let benches: Vec<Bench> = if args.mechanisms.is_empty() {
-        vec![Bench::AesGcm, Bench::RsaSha256, Bench::Ecdsa]
-    } else {
-        args.mechanisms
-            .iter()
-            .map(|m| Bench::parse(m))
-            .collect::<Result<_, _>>()?
+/// A benchmark and the sizes it runs at (one `None` when unsized).
+struct Job {
+    bench: Bench,
+    sizes: Vec<Option<usize>>,
+}
+
+/// The default sweep of `--break-even`: powers of two, 16 bytes to 64 KiB.
+fn break_even_sizes() -> Vec<usize> {
+    (4..=16).map(|e| 1usize << e).collect()
+}
+
+/// The benchmarks to run. No name: the default set.
+fn plan(args: &Args) -> Result<Vec<Job>, String> {
+    let sizes: Vec<usize> = match &args.sizes {
+        Some(s) if !s.is_empty() => s.clone(),
+        _ if args.break_even => break_even_sizes(),
+        _ => vec![16, 64, 256, 1024, 8192, 16384],
     };
+    let job = |bench: Bench, own: &[usize]| Job {
+        bench,
+        sizes: if !bench.sized() {
+            vec![None]
+        } else if args.sizes.is_some() || own.is_empty() {
+            sizes.iter().map(|&s| Some(s)).collect()
+        } else {
+            own.iter().map(|&s| Some(s)).collect()
+        },
+    };
+    if args.mechanisms.is_empty() {
+        if args.break_even {
+            return Ok(vec![job(Bench::Cipher(Cipher::AesGcm), &[])]);
+        }
+        return Ok(vec![
+            job(Bench::Cipher(Cipher::AesGcm), &[16, 8192]),
+            job(Bench::Digest(Digest::Sha256), &[1024]),
+            job(
+                Bench::Rsa {
+                    mech: RsaMech::Pkcs,
+                    bits: 2048,
+                    op: PkOp::Sign,
+                },
+                &[],
+            ),
+            job(
+                Bench::Ecdsa {
+                    curve: Curve::P256,
+                    op: PkOp::Sign,
+                },
+                &[],
+            ),
+        ]);
+    }
+    let mut jobs = Vec::new();
+    for m in &args.mechanisms {
+        for b in Bench::parse(m, &args.rsa_bits)? {
+            jobs.push(job(b, &[]));
+        }
+    }
+    Ok(jobs)
+}
+
+/// The progress line on stderr: rewritten in place on a terminal, one line
+/// per finished table otherwise; only when the whole run is expected to
+/// take more than a few seconds.
+struct Progress {
+    enabled: bool,
+    tty: bool,
+    start: Instant,
+    total: usize,
+    done: usize,
+}
+
+impl Progress {
+    fn run(&self, title: &str, run: usize, runs: usize) {
+        if self.enabled && self.tty {
+            eprint!(
+                "\r\x1b[K[{}/{}] {title}: run {run}/{runs}, {:.0} s",
+                self.done + 1,
+                self.total,
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    fn finished(&mut self, title: &str) {
+        self.done += 1;
+        if !self.enabled {
+            return;
+        }
+        if self.tty {
+            eprint!("\r\x1b[K");
+        } else {
+            eprintln!(
+                "cfspeed: [{}/{}] {title} done, {:.1} s",
+                self.done,
+                self.total,
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// What `measure` needs besides the targets.
+struct Ctx {
+    runs: usize,
+    thread_counts: Vec<usize>,
+    max_threads: usize,
+    duration: Duration,
+    warm: Duration,
+}
+
+fn run(args: Args) -> Result<bool, String> {
+    let default_set = args.mechanisms.is_empty() && !args.break_even;
+    let seconds = args.seconds.unwrap_or(if default_set { 0.5 } else { 1.0 });
+    let runs = args.runs.unwrap_or(if default_set { 3 } else { 5 });
+    if args.threads == 0
+        || args.multi == 0
+        || runs == 0
+        || seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+    {
+        return Err("--threads, --multi, --runs and --seconds must be positive".into());
+    }
+    if let Some(c) = &args.chart {
+        let ext = c
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase());
+        if ext.as_deref() != Some("svg") {
+            return Err(format!(
+                "--chart {}: only SVG is written (name the file .svg); convert it with e.g. \
+                 `rsvg-convert -o chart.png chart.svg` where librsvg is installed",
+                c.display()
+            ));
+        }
+    }
+    let jobs = plan(&args)?;
+    if args.break_even {
+        if args.vs_module.is_none() && !args.native {
+            return Err("--break-even compares with --vs-module PATH or --native".into());
+        }
+        if args.multi > 1 {
+            return Err("--break-even runs in one process; leave out --multi".into());
+        }
+        if let Some(j) = jobs.iter().find(|j| !j.bench.sized()) {
+            return Err(format!(
+                "--break-even needs bulk mechanisms; {} has no input size",
+                j.bench.name()
+            ));
+        }
+    }
+    let native = args.native || default_set;
+
+    if args.multi > 1 && !args.child {
+        return run_multi(&args);
+    }
+
     let module_path = match &args.module {
         Some(p) => p.clone(),
         None => default_module()?,
@@ -186,9 +373,6 @@ fn run(args: Args) -> Result<bool, String> {
     )?);
     let vs = match &args.vs_module {
         Some(p) => {
-            if args.vs_pin.is_none() {
-                return Err("--vs-module needs --vs-pin (or CFSPEED_VS_PIN)".into());
-            }
             let mut name = short_name(p);
             if name == "ours" || name == "native" || name == "native-reuse" {
                 name = format!("vs-{name}");
@@ -222,13 +406,16 @@ fn run(args: Args) -> Result<bool, String> {
                 token: m.token_label.clone(),
             })
             .collect(),
-        seconds: args.seconds,
-        runs: args.runs,
+        seconds,
+        runs,
+        processes: 1,
         results: Vec::new(),
         ratios: Vec::new(),
+        break_even: Vec::new(),
         notes: Vec::new(),
     };
-    if !args.json {
+    let tables = !args.json && !args.child;
+    if tables {
         report::print_header(&report);
     }
 
@@ -239,77 +426,123 @@ fn run(args: Args) -> Result<bool, String> {
             thread_counts.remove(0);
         }
     }
-    let max_threads = args.threads;
-    let duration = Duration::from_secs_f64(args.seconds);
-    let warm = Duration::from_secs_f64((args.seconds * 0.2).clamp(0.05, 0.3));
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ctx = Ctx {
+        runs,
+        max_threads: args.threads,
+        duration: Duration::from_secs_f64(seconds),
+        warm: Duration::from_secs_f64((seconds * 0.2).clamp(0.05, 0.3)),
+        thread_counts,
+    };
+    let groups: usize = jobs.iter().map(|j| j.sizes.len()).sum();
+    let per_group = (1 + usize::from(native) + usize::from(vs.is_some())) as f64
+        * (runs as f64 * seconds * ctx.thread_counts.len() as f64 + 2.0 * ctx.warm.as_secs_f64());
+    let mut progress = Progress {
+        enabled: !args.child && groups as f64 * per_group > 3.0,
+        tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        start: Instant::now(),
+        total: groups,
+        done: 0,
+    };
     let mut all_ok = true;
 
-    for bench in benches {
+    for job in &jobs {
+        let bench = job.bench;
+        let name = bench.name();
         // One-off setup: keys and objects in each module, native keys.
         let mut targets: Vec<Box<dyn Target>> = Vec::new();
+        let skip = |progress: &mut Progress| {
+            for _ in &job.sizes {
+                progress.finished(&name);
+            }
+        };
         match P11Target::setup(bench, ours.clone(), args.find_objects) {
-            Ok(mut t) => {
+            Ok(Some(mut t)) => {
                 t.key_per_thread = args.key_per_thread;
                 targets.push(Box::new(t))
             }
+            Ok(None) => {
+                report::note(format!("{name}: ours does not list the mechanism; skipped"));
+                skip(&mut progress);
+                continue;
+            }
             Err(e) => {
-                eprintln!("cfspeed: {}: ours: {e}", bench.name());
-                report::note(format!("{}: ours failed: {e}", bench.name()));
+                eprintln!("cfspeed: {name}: {e}");
+                report::note(format!("{name}: failed: {e}"));
                 all_ok = false;
+                skip(&mut progress);
                 continue;
             }
         }
-        if args.native {
-            for kind in [NativeKind::PerOp, NativeKind::Reuse] {
-                if let Some(t) = NativeTarget::setup(bench, kind)? {
-                    targets.push(Box::new(t));
+        if native {
+            let kinds: &[NativeKind] = if args.break_even {
+                &[NativeKind::PerOp]
+            } else {
+                &[NativeKind::PerOp, NativeKind::Reuse]
+            };
+            for &kind in kinds {
+                match NativeTarget::setup(bench, kind)? {
+                    Some(t) => targets.push(Box::new(t)),
+                    None if kind == NativeKind::PerOp && bench != Bench::Find => {
+                        report::note(format!(
+                            "{name}: no native counterpart (the openssl crate API cfspeed uses \
+                             has none); native skipped"
+                        ))
+                    }
+                    None => {}
                 }
             }
         }
         if let Some(vs) = &vs {
             match P11Target::setup(bench, vs.clone(), args.find_objects) {
-                Ok(mut t) => {
+                Ok(Some(mut t)) => {
                     t.key_per_thread = args.key_per_thread;
+                    if args.break_even {
+                        // Compare with the module only.
+                        targets.truncate(1);
+                    }
                     targets.push(Box::new(t))
                 }
+                Ok(None) => report::note(format!(
+                    "{name}: {} does not list the mechanism; skipped there",
+                    vs.name
+                )),
                 Err(e) => {
-                    eprintln!("cfspeed: {}: {}: {e}", bench.name(), vs.name);
-                    report::note(format!("{}: {} failed: {e}", bench.name(), vs.name));
+                    eprintln!("cfspeed: {name}: {e}");
+                    report::note(format!("{name}: {e}"));
                 }
             }
         }
 
-        let sizes: Vec<Option<usize>> = if bench.sized() {
-            args.sizes.iter().map(|s| Some(*s)).collect()
-        } else {
-            vec![None]
-        };
-        for size in sizes {
+        let mut points = Vec::new();
+        for &size in &job.sizes {
             let title = match size {
-                Some(s) => format!("{} — {s} bytes", bench.name()),
-                None => bench.name().to_string(),
+                Some(s) => format!("{name} — {s} bytes"),
+                None => name.clone(),
             };
-            match measure(
-                &args,
-                bench,
-                size,
-                &targets,
-                &thread_counts,
-                max_threads,
-                duration,
-                warm,
-                tty,
-                &title,
-            ) {
+            if let Some(s) = size.filter(|&s| !bench.size_ok(s)) {
+                report::note(format!(
+                    "{name}: {s} bytes is not a whole number of blocks; skipped"
+                ));
+                progress.finished(&title);
+                continue;
+            }
+            let out = measure(bench, size, &targets, &ctx, &mut progress, &title);
+            progress.finished(&title);
+            match out {
                 Ok((rows, ratios)) => {
-                    if !args.json {
+                    if tables {
                         report::print_group(
                             &title,
                             &bench.describe(size.unwrap_or(0), args.find_objects),
                             &rows,
                             &ratios,
                         );
+                    }
+                    if let (Some(s), Some(r)) = (size, ratios.first()) {
+                        points.push(breakeven::Point {
+                            size: s,
+                            ratio: r.value,
+                        });
                     }
                     report.results.extend(rows);
                     report.ratios.extend(ratios);
@@ -321,45 +554,128 @@ fn run(args: Args) -> Result<bool, String> {
                 }
             }
         }
+        if args.break_even {
+            let versus = targets.get(1).map(|t| t.name());
+            match versus {
+                Some(v) => {
+                    let b = breakeven::find(&name, "ours", &v, &points);
+                    if tables {
+                        print!("{}", breakeven::render(&b));
+                    }
+                    report.break_even.push(b);
+                }
+                None => report::note(format!("{name}: break-even: nothing to compare with")),
+            }
+        }
     }
 
     report.notes = report::notes();
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| format!("JSON: {e}"))?
-        );
+    finish(&args, &report)?;
+    Ok(all_ok)
+}
+
+/// Prints the JSON or the notes, writes --json-out and --chart.
+fn finish(args: &Args, report: &Report) -> Result<(), String> {
+    let json = || serde_json::to_string_pretty(report).map_err(|e| format!("JSON: {e}"));
+    if args.json || args.child {
+        println!("{}", json()?);
     } else if !report.notes.is_empty() {
         println!();
         for n in &report.notes {
             println!("# note: {n}");
         }
     }
-    Ok(all_ok)
+    if args.child {
+        return Ok(());
+    }
+    if let Some(p) = &args.json_out {
+        std::fs::write(p, json()? + "\n").map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.chart {
+        let title = format!("cfspeed — {}", report.command);
+        std::fs::write(p, chart::svg(&title, &report.results))
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        if !args.json {
+            println!("# chart written to {}", p.display());
+        }
+    }
+    Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `--multi N`: runs the children, adds up and prints.
+fn run_multi(args: &Args) -> Result<bool, String> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    eprintln!("cfspeed: running {} processes side by side…", args.multi);
+    let mut report = multi::merge(multi::run_children(args.multi, &argv)?)?;
+    report.command = command_line();
+    if !args.json {
+        report::print_header(&report);
+        let mut i = 0;
+        while i < report.results.len() {
+            let first = &report.results[i];
+            let n = report.results[i..]
+                .iter()
+                .take_while(|r| r.mechanism == first.mechanism && r.size == first.size)
+                .count();
+            let rows = &report.results[i..i + n];
+            let ratios: Vec<Ratio> = report
+                .ratios
+                .iter()
+                .filter(|q| q.mechanism == first.mechanism && q.size == first.size)
+                .cloned()
+                .collect();
+            let title = match first.size {
+                Some(s) => format!("{} — {s} bytes", first.mechanism),
+                None => first.mechanism.clone(),
+            };
+            let what = Bench::parse(&first.mechanism, &args.rsa_bits)
+                .ok()
+                .and_then(|b| b.first().copied())
+                .map(|b| b.describe(first.size.unwrap_or(0), args.find_objects))
+                .unwrap_or_default();
+            report::print_group(
+                &title,
+                &format!("{what}; summed over {} processes", report.processes),
+                rows,
+                &ratios,
+            );
+            let per: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    let v: Vec<String> = r
+                        .per_process_ops_per_s
+                        .iter()
+                        .map(|x| report::thousands(*x))
+                        .collect();
+                    format!("{} {}", r.implementation, v.join(" + "))
+                })
+                .collect();
+            println!("  per process ops/s: {}", per.join("   "));
+            i += n;
+        }
+    }
+    finish(args, &report)?;
+    Ok(true)
+}
+
 fn measure(
-    args: &Args,
     bench: Bench,
     size: Option<usize>,
     targets: &[Box<dyn Target>],
-    thread_counts: &[usize],
-    max_threads: usize,
-    duration: Duration,
-    warm: Duration,
-    tty: bool,
+    ctx: &Ctx,
+    progress: &mut Progress,
     title: &str,
 ) -> Result<(Vec<Row>, Vec<Ratio>), String> {
     let bytes = size.unwrap_or(0);
     let per_op = bench.per_op_latency();
+    let thread_counts = &ctx.thread_counts[..];
     let mut workers = Vec::new();
     let mut samples = Vec::new();
     for t in targets {
-        let mut ws = t.workers(max_threads, bytes)?;
+        let mut ws = t.workers(ctx.max_threads, bytes)?;
         // Warm every session, then size the timed batches on one thread.
-        bench::run(&mut ws, warm, 1, false).map_err(|e| format!("{}: {e}", t.name()))?;
-        let batch = calibrate(&mut ws[..1], warm, Duration::from_micros(20), per_op)
+        bench::run(&mut ws, ctx.warm, 1, false).map_err(|e| format!("{}: {e}", t.name()))?;
+        let batch = calibrate(&mut ws[..1], ctx.warm, Duration::from_micros(20), per_op)
             .map_err(|e| format!("{}: {e}", t.name()))?;
         workers.push(ws);
         samples.push(Samples {
@@ -367,20 +683,20 @@ fn measure(
             runs: vec![Vec::new(); thread_counts.len()],
         });
     }
-    for r in 0..args.runs {
-        if tty {
-            eprint!("\r{title}: run {}/{}   ", r + 1, args.runs);
-        }
+    for r in 0..ctx.runs {
+        progress.run(title, r + 1, ctx.runs);
         for (ti, t) in targets.iter().enumerate() {
             for (k, &n) in thread_counts.iter().enumerate() {
-                let out = bench::run(&mut workers[ti][..n], duration, samples[ti].batch, per_op)
-                    .map_err(|e| format!("{}: {e}", t.name()))?;
+                let out = bench::run(
+                    &mut workers[ti][..n],
+                    ctx.duration,
+                    samples[ti].batch,
+                    per_op,
+                )
+                .map_err(|e| format!("{}: {e}", t.name()))?;
                 samples[ti].runs[k].push(out);
             }
         }
-    }
-    if tty {
-        eprint!("\r{}\r", " ".repeat(title.len() + 16));
     }
     drop(workers);
 
@@ -407,8 +723,9 @@ fn measure(
                 .collect();
             let cpu_percent = median(&runs.iter().map(|r| r.cpu_percent).collect::<Vec<_>>());
             let base = one_k.filter(|_| n > 1).map(|k1| &samples[ti].runs[k1]);
+            let med = |f: fn(&RunResult) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
             rows.push(Row {
-                mechanism: bench.name().to_string(),
+                mechanism: bench.name(),
                 size,
                 implementation: t.name(),
                 threads: n,
@@ -420,6 +737,8 @@ fn measure(
                 ops_per_cpu_second: median(&runs.iter().map(per_cpu_of).collect::<Vec<_>>()),
                 cpu_efficiency_vs_1_thread: base.map(|b| paired(runs, b, &per_cpu_of)),
                 cpu_percent,
+                cpu_user_percent: med(|r| r.user_percent_all),
+                cpu_sys_percent: med(|r| r.sys_percent_all),
                 voluntary_switches_per_kop: median(
                     &runs.iter().map(|r| r.voluntary_per_kop).collect::<Vec<_>>(),
                 ),
@@ -431,6 +750,8 @@ fn measure(
                 ),
                 runs_ops_per_s: per_run,
                 batch: samples[ti].batch,
+                processes: 1,
+                per_process_ops_per_s: Vec::new(),
             });
         }
     }
@@ -438,7 +759,7 @@ fn measure(
     for (k, &n) in thread_counts.iter().enumerate() {
         for (ti, t) in targets.iter().enumerate().skip(1) {
             ratios.push(Ratio {
-                mechanism: bench.name().to_string(),
+                mechanism: bench.name(),
                 size,
                 threads: n,
                 name: format!("ours/{}", t.name()),

@@ -44,6 +44,11 @@ pub struct Module {
     pub token_label: String,
     /// Holds the login and owns the session objects the benchmarks create.
     pub anchor: Session,
+    /// Whether the user is logged in: keys are then private session
+    /// objects, otherwise public ones (CKA_PRIVATE = FALSE).
+    pub logged_in: bool,
+    /// The slot's mechanism list.
+    pub mechanisms: Vec<opencf_abi::sys::CK_MECHANISM_TYPE>,
 }
 
 /// A readable form of a `cryptoki` error.
@@ -92,10 +97,40 @@ impl Module {
         let anchor = pkcs11
             .open_rw_session(slot)
             .map_err(|e| ctx("C_OpenSession", &e))?;
-        if let Some(pin) = &spec.pin {
-            login(&pkcs11, slot, &anchor, pin, spec.new_pin.as_deref())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
+        let logged_in = match &spec.pin {
+            Some(pin) => {
+                login(&pkcs11, slot, &anchor, pin, spec.new_pin.as_deref())
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                true
+            }
+            None => {
+                let why = if token_info.user_pin_to_be_changed() {
+                    "its user PIN must be changed first; "
+                } else {
+                    ""
+                };
+                let opts = if name == "ours" {
+                    "--pin/--new-pin"
+                } else {
+                    "--vs-pin"
+                };
+                crate::report::note(format!(
+                    "{name}: no PIN given ({why}see {opts}): not logged in, keys are public \
+                     session objects"
+                ));
+                false
+            }
+        };
+        let mechanisms = raw
+            .provider()
+            .get_mechanism_list(slot.id() as opencf_abi::sys::CK_SLOT_ID)
+            .map_err(|rv| {
+                format!(
+                    "{}: C_GetMechanismList returned {}",
+                    path.display(),
+                    crate::raw::rv_name(rv)
+                )
+            })?;
         Ok(Module {
             name: name.to_string(),
             path: path.clone(),
@@ -105,6 +140,8 @@ impl Module {
             library,
             token_label: token_info.label().trim().to_string(),
             anchor,
+            logged_in,
+            mechanisms,
         })
     }
 

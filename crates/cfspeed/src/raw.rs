@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use opencf_abi::provider::Provider;
-use opencf_abi::sys::{CKA_LABEL, CKM_AES_GCM, CK_OBJECT_HANDLE, CK_RV, CK_SESSION_HANDLE};
+use opencf_abi::sys::{CKA_LABEL, CK_OBJECT_HANDLE, CK_RV, CK_SESSION_HANDLE};
 use opencf_abi::{Attribute, MechParam, Mechanism, OutBuf};
 
 /// A PKCS#11 return value other than `CKR_OK`, with the function that gave it.
@@ -37,25 +37,13 @@ fn at<T>(function: &'static str, r: Result<T, CK_RV>) -> Result<T, CallError> {
     r.map_err(|rv| CallError { function, rv })
 }
 
-/// The AES-GCM mechanism of the benchmark: a 96-bit IV, no AAD, a 128-bit
-/// tag. Workers keep one and rewrite its IV in place ([`gcm_iv`]).
-pub fn gcm_mechanism(iv: [u8; 12]) -> Mechanism {
-    Mechanism {
-        mechanism: CKM_AES_GCM,
-        param: MechParam::Gcm {
-            iv: iv.to_vec(),
-            iv_bits: 96,
-            aad: Vec::new(),
-            tag_bits: 128,
-        },
-    }
-}
-
-/// The IV bytes of a mechanism made by [`gcm_mechanism`] (empty for any
-/// other).
-pub fn gcm_iv(mech: &mut Mechanism) -> &mut [u8] {
+/// The nonce bytes of an AEAD mechanism (GCM IV, ChaCha20-Poly1305 nonce),
+/// which workers rewrite in place before every operation; empty for any
+/// other mechanism.
+pub fn nonce_mut(mech: &mut Mechanism) -> &mut [u8] {
     match &mut mech.param {
         MechParam::Gcm { iv, .. } => iv,
+        MechParam::ChaCha20Poly1305 { nonce, .. } => nonce,
         _ => &mut [],
     }
 }
@@ -79,24 +67,58 @@ impl RawModule {
         Ok(RawModule { provider })
     }
 
-    /// One single-part AES-GCM encryption: `C_EncryptInit` with `mech` (made
-    /// by [`gcm_mechanism`]), then one `C_Encrypt` into `out` (which must
-    /// hold the data and the tag). Returns the output length.
-    pub fn aes_gcm_encrypt(
+    /// The loaded module's functions (setup calls that `cryptoki` lacks).
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+
+    /// An `*Init` that returned `init`, then one single-part call `run` into
+    /// `out`. Returns the output length.
+    fn single(
+        init: (&'static str, opencf_abi::CkResult<()>),
+        function: &'static str,
+        out: &mut [u8],
+        run: impl FnOnce(&mut OutBuf) -> opencf_abi::CkResult<()>,
+    ) -> Result<usize, CallError> {
+        at(init.0, init.1)?;
+        let mut out = OutBuf::new(Some(out));
+        at(function, run(&mut out))?;
+        Ok(out.len())
+    }
+
+    /// One single-part encryption (`C_EncryptInit` + `C_Encrypt`) or, with
+    /// `decrypt`, decryption (`C_DecryptInit` + `C_Decrypt`) into `out`
+    /// (large enough). Returns the output length.
+    pub fn crypt(
         &self,
+        decrypt: bool,
         session: CK_SESSION_HANDLE,
         key: CK_OBJECT_HANDLE,
         mech: &Mechanism,
         data: &[u8],
         out: &mut [u8],
     ) -> Result<usize, CallError> {
-        at(
-            "C_EncryptInit",
-            self.provider.encrypt_init(session, mech, key),
-        )?;
-        let mut out = OutBuf::new(Some(out));
-        at("C_Encrypt", self.provider.encrypt(session, data, &mut out))?;
-        Ok(out.len())
+        let p = &self.provider;
+        if decrypt {
+            let init = ("C_DecryptInit", p.decrypt_init(session, mech, key));
+            Self::single(init, "C_Decrypt", out, |o| p.decrypt(session, data, o))
+        } else {
+            let init = ("C_EncryptInit", p.encrypt_init(session, mech, key));
+            Self::single(init, "C_Encrypt", out, |o| p.encrypt(session, data, o))
+        }
+    }
+
+    /// One single-part digest: `C_DigestInit` + `C_Digest`.
+    pub fn digest(
+        &self,
+        session: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        data: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, CallError> {
+        let p = &self.provider;
+        let init = ("C_DigestInit", p.digest_init(session, mech));
+        Self::single(init, "C_Digest", out, |o| p.digest(session, data, o))
     }
 
     /// One single-part signature: `C_SignInit` with `mech`, then one `C_Sign`
@@ -109,10 +131,82 @@ impl RawModule {
         data: &[u8],
         sig: &mut [u8],
     ) -> Result<usize, CallError> {
-        at("C_SignInit", self.provider.sign_init(session, mech, key))?;
-        let mut out = OutBuf::new(Some(sig));
-        at("C_Sign", self.provider.sign(session, data, &mut out))?;
-        Ok(out.len())
+        let p = &self.provider;
+        let init = ("C_SignInit", p.sign_init(session, mech, key));
+        Self::single(init, "C_Sign", sig, |o| p.sign(session, data, o))
+    }
+
+    /// One single-part verification: `C_VerifyInit` + `C_Verify` (an
+    /// invalid signature is an error).
+    pub fn verify(
+        &self,
+        session: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+        data: &[u8],
+        sig: &[u8],
+    ) -> Result<(), CallError> {
+        at(
+            "C_VerifyInit",
+            self.provider.verify_init(session, mech, key),
+        )?;
+        at("C_Verify", self.provider.verify(session, data, sig))
+    }
+
+    /// `C_DeriveKey`, then `C_DestroyObject` of the new key.
+    pub fn derive_and_destroy(
+        &self,
+        session: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+        template: &[Attribute],
+    ) -> Result<(), CallError> {
+        let h = at(
+            "C_DeriveKey",
+            self.provider.derive_key(session, mech, key, template),
+        )?;
+        at("C_DestroyObject", self.provider.destroy_object(session, h))
+    }
+
+    /// `C_EncapsulateKey` into `ct`, then `C_DestroyObject` of the new key.
+    pub fn encapsulate_and_destroy(
+        &self,
+        session: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        public: CK_OBJECT_HANDLE,
+        template: &[Attribute],
+        ct: &mut [u8],
+    ) -> Result<(), CallError> {
+        let mut out = OutBuf::new(Some(ct));
+        let h = at(
+            "C_EncapsulateKey",
+            self.provider
+                .encapsulate_key(session, mech, public, template, &mut out),
+        )?;
+        match h {
+            Some(h) => at("C_DestroyObject", self.provider.destroy_object(session, h)),
+            None => Err(CallError {
+                function: "C_EncapsulateKey",
+                rv: opencf_abi::sys::CKR_GENERAL_ERROR,
+            }),
+        }
+    }
+
+    /// `C_DecapsulateKey` of `ct`, then `C_DestroyObject` of the new key.
+    pub fn decapsulate_and_destroy(
+        &self,
+        session: CK_SESSION_HANDLE,
+        mech: &Mechanism,
+        private: CK_OBJECT_HANDLE,
+        template: &[Attribute],
+        ct: &[u8],
+    ) -> Result<(), CallError> {
+        let h = at(
+            "C_DecapsulateKey",
+            self.provider
+                .decapsulate_key(session, mech, private, template, ct),
+        )?;
+        at("C_DestroyObject", self.provider.destroy_object(session, h))
     }
 
     /// One search with `template` (made by [`label_template`]):
@@ -153,6 +247,12 @@ pub fn rv_name(rv: CK_RV) -> String {
         0x090 => "CKR_OPERATION_ACTIVE",
         0x091 => "CKR_OPERATION_NOT_INITIALIZED",
         0x0A0 => "CKR_PIN_INCORRECT",
+        0x0C0 => "CKR_SIGNATURE_INVALID",
+        0x0C1 => "CKR_SIGNATURE_LEN_RANGE",
+        0x0D0 => "CKR_TEMPLATE_INCOMPLETE",
+        0x062 => "CKR_KEY_SIZE_RANGE",
+        0x0A4 => "CKR_PIN_LOCKED",
+        0x100 => "CKR_USER_ALREADY_LOGGED_IN",
         0x0A3 => "CKR_PIN_EXPIRED",
         0x0B3 => "CKR_SESSION_HANDLE_INVALID",
         0x0D1 => "CKR_TEMPLATE_INCONSISTENT",

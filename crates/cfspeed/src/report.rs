@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -17,7 +17,7 @@ pub fn notes() -> Vec<String> {
 }
 
 /// The machine the run happened on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     /// Logical CPUs available to the process.
     pub cpus: usize,
@@ -67,7 +67,7 @@ impl Machine {
 }
 
 /// One module taking part.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModuleInfo {
     /// Name in the table.
     pub name: String,
@@ -82,7 +82,7 @@ pub struct ModuleInfo {
 }
 
 /// One (mechanism, size, implementation, threads) measurement.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// Mechanism (or `find`).
     pub mechanism: String,
@@ -108,6 +108,11 @@ pub struct Row {
     /// Median process CPU use during the runs, % of one CPU (a fully busy
     /// thread is 100).
     pub cpu_percent: f64,
+    /// Median user-mode CPU time during the runs, % of all the machine's
+    /// CPUs (100 = every core busy in user mode).
+    pub cpu_user_percent: f64,
+    /// Median kernel CPU time during the runs, % of all the machine's CPUs.
+    pub cpu_sys_percent: f64,
     /// Median voluntary context switches (threads blocking) per 1000 ops.
     pub voluntary_switches_per_kop: f64,
     /// Median involuntary context switches (preempted) per 1000 ops.
@@ -121,10 +126,16 @@ pub struct Row {
     pub cpu_efficiency_vs_1_thread: Option<f64>,
     /// Operations per timed batch.
     pub batch: usize,
+    /// Processes that ran this row at the same time (`--multi`); the
+    /// figures above are their sums (latencies: median p50, highest p99).
+    pub processes: usize,
+    /// With `--multi`: each process's ops/s (they add up to `ops_per_s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_process_ops_per_s: Vec<f64>,
 }
 
 /// A ratio between two rows of the same mechanism, size and thread count.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ratio {
     /// Mechanism.
     pub mechanism: String,
@@ -140,7 +151,7 @@ pub struct Ratio {
 }
 
 /// Everything one invocation measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// The command line.
     pub command: String,
@@ -154,10 +165,15 @@ pub struct Report {
     pub seconds: f64,
     /// Runs per row (the median is reported).
     pub runs: usize,
+    /// Processes run side by side (`--multi`), 1 otherwise.
+    pub processes: usize,
     /// The measurements.
     pub results: Vec<Row>,
     /// ours/native, ours/<other module>, ...
     pub ratios: Vec<Ratio>,
+    /// `--break-even`: the sweeps and their thresholds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub break_even: Vec<crate::breakeven::BreakEven>,
     /// Setup timings and remarks.
     pub notes: Vec<String>,
 }
@@ -200,9 +216,17 @@ pub fn print_header(r: &Report) {
         );
     }
     println!(
-        "# each figure: median of {} runs of {:.2} s; ops/s summed over threads; \
-         ratios and ×1 thr: median of the per-round ratios (implementations interleaved)",
-        r.runs, r.seconds
+        "# each figure: median of {} runs of {:.2} s; ops/s summed over threads{}; \
+         ratios and ×1 thr: median of the per-round ratios (implementations interleaved); \
+         usr%/sys%: CPU time of all {} CPUs",
+        r.runs,
+        r.seconds,
+        if r.processes > 1 {
+            format!(" and over {} processes (--multi)", r.processes)
+        } else {
+            String::new()
+        },
+        r.machine.cpus
     );
 }
 
@@ -212,12 +236,12 @@ pub fn print_group(title: &str, what: &str, rows: &[Row], ratios: &[Ratio]) {
     println!("{title}");
     println!("  {what}");
     println!(
-        "  {:<14} {:>3} {:>12} {:>10} {:>9} {:>9} {:>6} {:>9}",
-        "impl", "thr", "ops/s", "MB/s", "p50 µs", "p99 µs", "cpu%", "×1 thr"
+        "  {:<14} {:>3} {:>12} {:>10} {:>9} {:>9} {:>6} {:>5} {:>5} {:>9}",
+        "impl", "thr", "ops/s", "MB/s", "p50 µs", "p99 µs", "cpu%", "usr%", "sys%", "×1 thr"
     );
     for r in rows {
         println!(
-            "  {:<14} {:>3} {:>12} {:>10} {:>9} {:>9} {:>6.0} {:>9}",
+            "  {:<14} {:>3} {:>12} {:>10} {:>9} {:>9} {:>6.0} {:>5.1} {:>5.1} {:>9}",
             r.implementation,
             r.threads,
             thousands(r.ops_per_s),
@@ -225,6 +249,8 @@ pub fn print_group(title: &str, what: &str, rows: &[Row], ratios: &[Ratio]) {
             opt(r.p50_us, 1),
             opt(r.p99_us, 1),
             r.cpu_percent,
+            r.cpu_user_percent,
+            r.cpu_sys_percent,
             r.scaling_vs_1_thread
                 .map_or(String::new(), |x| format!("{x:.2}×")),
         );
@@ -248,5 +274,98 @@ pub fn print_group(title: &str, what: &str, rows: &[Row], ratios: &[Ratio]) {
             .map(|r| format!("{} {:.2}", r.name, r.value))
             .collect();
         println!("  ratios, {t} thr: {}", parts.join("   "));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A row with `ops_per_s` and the rest filled in plausibly.
+    pub fn row(mechanism: &str, size: Option<usize>, implementation: &str, ops: f64) -> Row {
+        Row {
+            mechanism: mechanism.into(),
+            size,
+            implementation: implementation.into(),
+            threads: 1,
+            ops_per_s: ops,
+            mb_per_s: size.map(|s| ops * s as f64 / 1e6),
+            p50_us: size.is_none().then_some(10.0),
+            p99_us: size.is_none().then_some(20.0),
+            scaling_vs_1_thread: None,
+            runs_ops_per_s: vec![ops],
+            cpu_percent: 100.0,
+            cpu_user_percent: 45.0,
+            cpu_sys_percent: 5.0,
+            voluntary_switches_per_kop: 0.0,
+            involuntary_switches_per_kop: 0.0,
+            ops_per_cpu_second: ops,
+            cpu_efficiency_vs_1_thread: None,
+            batch: 1,
+            processes: 1,
+            per_process_ops_per_s: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn json_shape() {
+        let r = Report {
+            command: "cfspeed".into(),
+            machine: Machine::detect(),
+            openssl: "OpenSSL".into(),
+            modules: vec![],
+            seconds: 0.5,
+            runs: 3,
+            processes: 1,
+            results: vec![row("CKM_SHA256", Some(1024), "ours", 1000.0)],
+            ratios: vec![Ratio {
+                mechanism: "CKM_SHA256".into(),
+                size: Some(1024),
+                threads: 1,
+                name: "ours/native".into(),
+                value: 0.5,
+            }],
+            break_even: Vec::new(),
+            notes: vec![],
+        };
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        for k in [
+            "command",
+            "machine",
+            "openssl",
+            "modules",
+            "seconds",
+            "runs",
+            "processes",
+            "results",
+            "ratios",
+            "notes",
+        ] {
+            assert!(v.get(k).is_some(), "{k}");
+        }
+        assert!(v.get("break_even").is_none());
+        let row = &v["results"][0];
+        for k in [
+            "mechanism",
+            "size",
+            "implementation",
+            "threads",
+            "ops_per_s",
+            "mb_per_s",
+            "p50_us",
+            "p99_us",
+            "cpu_percent",
+            "cpu_user_percent",
+            "cpu_sys_percent",
+            "processes",
+        ] {
+            assert!(row.get(k).is_some(), "{k}");
+        }
+        assert_eq!(row["mb_per_s"].as_f64(), Some(1.024));
+        assert!(row.get("per_process_ops_per_s").is_none());
+        // It reads back (what --multi does with its children's output).
+        let back: Report = serde_json::from_value(v).unwrap();
+        assert_eq!(back.results[0].ops_per_s, 1000.0);
+        assert_eq!(thousands(1234567.8), "1,234,568");
     }
 }

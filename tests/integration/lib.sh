@@ -180,6 +180,17 @@ wait_port() { # port, [seconds, default 20]
     return 1
 }
 
+# Waits up to SECONDS for FILE to hold a line matching REGEX (a server's "listening" line,
+# for servers that count every connection, a readiness probe included).
+wait_log() { # file, regex, [seconds, default 20]
+    local deadline=$((SECONDS + ${3:-20}))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        if grep -qE -- "$2" "$1" 2>/dev/null; then return 0; fi
+        sleep 0.2
+    done
+    return 1
+}
+
 # Starts a background server under `timeout` (SERVER_TIMEOUT, default 120 s) with output in
 # $WORK/NAME.log; the trap kills it. Sets BG_PID.
 bg() { # name, command...

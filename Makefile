@@ -30,7 +30,7 @@ export MODULE VENV
 PYTEST_ARGS ?= -q
 FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool
+TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool cfspeed
 
 .PHONY: help deps build test test-suites run fmt format lint clean fuzz install install-user uninstall-user $(addprefix suite-,$(TEST_SUITES))
 
@@ -95,6 +95,10 @@ suite-pktool:
 
 suite-integration:
 	tests/integration/run.sh
+
+# cfspeed end to end (about 45 s): default set, SoftHSMv2 side by side, --json, --chart, --multi.
+suite-cfspeed:
+	tests/cfspeed/run.sh
 
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# cfspeed end to end (about 45 s): the default set on a fresh zero-config keystore in under a
+# minute; three implementations side by side (the metaslot, native OpenSSL, SoftHSMv2);
+# --json, --json-out, --chart, --multi, --break-even.
+#
+# cfspeed, libopencf.so and libopencf_softtoken.so are copied into a temporary directory, so
+# that libopencf.so's built-in default configuration sees exactly the modules built for this
+# test (it also loads any libopencf_accel.so found beside it) and cfspeed finds libopencf.so
+# beside itself as a user's installation would.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+REL="$ROOT/target/release"
+SOFTHSM="${SOFTHSM:-/usr/lib/softhsm/libsofthsm2.so}"
+for f in cfspeed libopencf.so libopencf_softtoken.so; do
+    [ -e "$REL/$f" ] || { echo "cfspeed test: $REL/$f missing: cargo build --release -p cfspeed -p opencf -p opencf-softtoken" >&2; exit 1; }
+done
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/cfspeed-test.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/bin" "$WORK/softtoken" "$WORK/config" "$WORK/softhsm"
+cp "$REL/cfspeed" "$REL/libopencf.so" "$REL/libopencf_softtoken.so" "$WORK/bin/"
+CFSPEED="$WORK/bin/cfspeed"
+export OPENCF_SOFTTOKEN_DIR="$WORK/softtoken" XDG_CONFIG_HOME="$WORK/config"
+unset OPENCF_CONF CFSPEED_MODULE CFSPEED_PIN CFSPEED_VS_PIN
+cd "$WORK"
+
+PASSED=0
+FAILED=0
+ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL - $1" >&2; }
+# expect NAME REGEX FILE: the file has a line matching REGEX.
+expect() { if grep -Eq -- "$2" "$3"; then ok "$1"; else fail "$1: no line matching /$2/ in $3"; sed 's/^/    /' "$3" >&2; fi; }
+
+# 1. The default set on a fresh keystore (PIN `changeme`, expired): under a minute, rows for
+#    every benchmark of the set, ours and native.
+start=$(date +%s.%N)
+if "$CFSPEED" >default.out 2>default.err; then ok "cfspeed with no argument exits 0"; else fail "cfspeed with no argument failed"; cat default.err >&2; fi
+secs=$(echo "$(date +%s.%N) - $start" | bc)
+if [ "$(echo "$secs < 60" | bc)" = 1 ]; then ok "default set ran in ${secs%.*} s (< 60)"; else fail "default set took $secs s"; fi
+for title in 'CKM_AES_GCM — 16 bytes' 'CKM_AES_GCM — 8192 bytes' 'CKM_SHA256 — 1024 bytes' 'CKM_SHA256_RSA_PKCS:2048' 'CKM_ECDSA:P-256'; do
+    expect "default table: $title" "^$title\$" default.out
+done
+rows=$(grep -Ec '^  (ours|native) +1 +[0-9,]+ ' default.out || true)
+if [ "$rows" -ge 10 ]; then ok "default table: $rows rows of ours and native"; else fail "default table has $rows rows"; fi
+expect "default set runs on the metaslot" 'ours: .*libopencf.so .*slot 0, token "OpenCF Metaslot"' default.out
+expect "expired PIN: runs unauthenticated and says so" 'no PIN given .*must be changed' default.out
+expect "progress line on stderr" '^cfspeed: \[5/5\] CKM_ECDSA:P-256 done' default.err
+
+# 2. Three implementations: the metaslot, native OpenSSL, SoftHSMv2.
+if [ -e "$SOFTHSM" ] && command -v softhsm2-util >/dev/null; then
+    printf 'directories.tokendir = %s\nobjectstore.backend = file\nlog.level = ERROR\n' "$WORK/softhsm" >softhsm2.conf
+    export SOFTHSM2_CONF="$WORK/softhsm2.conf"
+    softhsm2-util --init-token --free --label bench --pin 1234 --so-pin 5678 >/dev/null
+    if "$CFSPEED" --native --vs-module "$SOFTHSM" CKM_AES_GCM CKM_SHA256_RSA_PKCS CKM_ECDSA \
+        --seconds 0.2 --runs 1 --json-out vs.json --chart x.svg >vs.out 2>vs.err; then
+        ok "--vs-module softhsm2 --native exits 0"
+    else
+        fail "--vs-module softhsm2 --native failed"; cat vs.err >&2
+    fi
+    for imp in ours native softhsm2; do
+        n=$(grep -Ec "^  $imp +1 +[0-9,]+ " vs.out || true)
+        if [ "$n" -ge 8 ]; then ok "$imp: $n rows"; else fail "$imp: $n rows"; fi
+    done
+    expect "ratios to native and softhsm2" '^  ratios, 1 thr: ours/native [0-9.]+ +ours/native-reuse [0-9.]+ +ours/softhsm2 [0-9.]+' vs.out
+    expect "RSA ratios" '^  ratios, 1 thr: ours/native [0-9.]+ +ours/softhsm2 [0-9.]+$' vs.out
+
+    # 3. --json-out: valid JSON with the table's numbers.
+    if python3 -m json.tool vs.json >/dev/null; then ok "--json-out is valid JSON"; else fail "--json-out is not JSON"; fi
+    if python3 - vs.out vs.json <<'EOF'; then ok "JSON numbers match the table"; else fail "JSON numbers differ from the table"; fi
+import json, re, sys
+table, doc = open(sys.argv[1]).read().splitlines(), json.load(open(sys.argv[2]))
+rows = {}
+title = None
+for line in table:
+    if line and not line.startswith((" ", "#")):
+        title = line
+    m = re.match(r"^  (\S+) +(\d+) +([\d,]+) +(\S+) +(\S+) +(\S+) +(\d+) +(\S+) +(\S+)", line)
+    if m and title:
+        rows[(title, m[1], int(m[2]))] = m
+assert rows, "no rows in the table"
+seen = 0
+for r in doc["results"]:
+    title = r["mechanism"] + (f" — {r['size']} bytes" if r["size"] is not None else "")
+    m = rows[(title, r["implementation"], r["threads"])]
+    assert int(m[3].replace(",", "")) == round(r["ops_per_s"]), (title, m[3], r["ops_per_s"])
+    if r["mb_per_s"] is not None:
+        assert abs(float(m[4]) - r["mb_per_s"]) < 0.006, (title, m[4], r["mb_per_s"])
+    if r["p50_us"] is not None:
+        assert abs(float(m[5]) - r["p50_us"]) < 0.051, (title, m[5], r["p50_us"])
+    assert abs(float(m[8]) - r["cpu_user_percent"]) < 0.051
+    seen += 1
+assert seen == len(rows), (seen, len(rows))
+EOF
+
+    # 4. --chart: an SVG with a polyline and a legend entry per implementation, bars for RSA
+    #    and ECDSA.
+    if python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' x.svg; then ok "--chart writes well-formed SVG"; else fail "--chart SVG is not well-formed"; fi
+    for imp in ours native native-reuse softhsm2; do
+        expect "chart: polyline of $imp" "<polyline data-series=\"$imp\"" x.svg
+        expect "chart: legend of $imp" ">$imp</text></g>" x.svg
+    done
+    expect "chart: ops/s bars for public-key rows" '<rect data-series="softhsm2"' x.svg
+    expect "chart: log2 size axis" 'log2 scale' x.svg
+else
+    echo "skipped: SoftHSMv2 ($SOFTHSM, softhsm2-util) is not installed"
+fi
+
+# 5. --json on stdout parses.
+if "$CFSPEED" CKM_SHA256 CKM_EDDSA --sizes 64 --native --seconds 0.1 --runs 1 --json >j.json 2>j.err \
+    && python3 -m json.tool j.json >/dev/null; then ok "--json output parses"; else fail "--json output"; cat j.err >&2; fi
+
+# 6. --multi 2: two processes, summed.
+if "$CFSPEED" --multi 2 CKM_SHA256 --sizes 1024 --seconds 0.3 --runs 1 --json >multi.json 2>multi.err \
+    && python3 - multi.json <<'EOF'; then ok "--multi 2 sums two processes"; else fail "--multi 2"; cat multi.err >&2; fi
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["processes"] == 2, d["processes"]
+assert d["results"], "no rows"
+for r in d["results"]:
+    p = r["per_process_ops_per_s"]
+    assert len(p) == 2 and all(x > 0 for x in p), p
+    assert abs(sum(p) - r["ops_per_s"]) < 1e-6 * r["ops_per_s"], (p, r["ops_per_s"])
+    assert r["processes"] == 2
+EOF
+
+# 7. --break-even prints a verdict (min_bytes or no threshold).
+if "$CFSPEED" CKM_AES_GCM --break-even --native --sizes 16,16384 --seconds 0.1 --runs 1 >be.out 2>be.err; then
+    ok "--break-even exits 0"
+else
+    fail "--break-even failed"; cat be.err >&2
+fi
+expect "--break-even verdict" '^(min_bytes = [0-9]+|  ours is not faster than native.*)$' be.out
+
+# 8. --chart with another format is refused before measuring.
+if "$CFSPEED" CKM_SHA256 --chart x.png >png.out 2>&1; then fail "--chart x.png accepted"; else expect "--chart x.png refused" 'only SVG is written' png.out; fi
+
+echo "cfspeed: $PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -30,7 +30,7 @@ export MODULE VENV
 PYTEST_ARGS ?= -q
 FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool cfspeed
+TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool cfspeed tlsproxy
 
 .PHONY: help deps build test test-suites run fmt format lint clean fuzz install install-user uninstall-user $(addprefix suite-,$(TEST_SUITES))
 
@@ -93,12 +93,20 @@ suite-cryptoadm-softhsm:
 suite-pktool:
 	tests/pktool/run.sh
 
+# RSA Wycheproof through slot 0 with the accelerator first (skips without AVX-512 IFMA).
+suite-accel:
+	tests/consumers/accel.sh
+
 suite-integration:
 	tests/integration/run.sh
 
 # cfspeed end to end (about 45 s): default set, SoftHSMv2 side by side, --json, --chart, --multi.
 suite-cfspeed:
 	tests/cfspeed/run.sh
+
+# opencf-tlsproxy end to end (curl/openssl through the proxy, fallback, reload, robustness).
+suite-tlsproxy:
+	tests/tlsproxy/run.sh
 
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python

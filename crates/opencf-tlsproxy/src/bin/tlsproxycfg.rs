@@ -1,0 +1,414 @@
+//! `tlsproxycfg`: creates, deletes and lists opencf-tlsproxy instances, like Solaris `ksslcfg`.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand, ValueEnum};
+use opencf_tlsproxy::config::{Config, Instance};
+use opencf_tlsproxy::import::{load_pem, load_pkcs12};
+use opencf_tlsproxy::tls::{select_suites, InstanceTls, Resumption};
+use opencf_tlsproxy::token::{default_module, read_pin_file, Module};
+use opencf_tlsproxy::uri::Pkcs11Uri;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Manage opencf-tlsproxy instances (TLS termination with keys held in a PKCS#11 token).
+#[derive(Parser)]
+#[command(name = "tlsproxycfg", version)]
+struct Args {
+    /// Instance file (default: /etc/opencf/tlsproxy.toml as root, else
+    /// $XDG_CONFIG_HOME/opencf/tlsproxy.toml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// The daemon's pid file (default: the instance file with the extension .pid).
+    #[arg(long, global = true)]
+    pid_file: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Pem,
+    Pkcs12,
+    Pkcs11,
+}
+
+// Parsed once at start-up; the size of the create variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create an instance: TLS on [ADDRESS] PORT, clear text to 127.0.0.1:PROXY_PORT.
+    Create {
+        /// Where the key and certificate come from.
+        #[arg(short = 'f', value_enum)]
+        format: Format,
+        /// PEM file (key and chain) or PKCS#12 file to import (-f pem|pkcs12).
+        #[arg(short = 'i')]
+        input: Option<PathBuf>,
+        /// Token label (default "OpenCF Metaslot"; objects made there live in the softtoken).
+        #[arg(short = 'T')]
+        token: Option<String>,
+        /// Label of the key and certificate in the token (-f pkcs11), or the label given to
+        /// the imported ones (default tlsproxy-NAME).
+        #[arg(short = 'C')]
+        cert_label: Option<String>,
+        /// Clear-text port of the application on 127.0.0.1.
+        #[arg(short = 'x')]
+        proxy_port: u16,
+        /// Cipher suites, comma-separated IANA names.
+        #[arg(short = 'c')]
+        suites: Option<String>,
+        /// Session timeout in seconds (session IDs and tickets).
+        #[arg(short = 't')]
+        timeout: Option<u64>,
+        /// Session cache size in entries (0: no session-ID resumption).
+        #[arg(short = 'z')]
+        cache: Option<usize>,
+        /// File holding the token's user PIN.
+        #[arg(short = 'p')]
+        pin_file: Option<PathBuf>,
+        /// File holding the password of the PKCS#12 or encrypted PEM file.
+        #[arg(short = 'P', long = "import-pass")]
+        import_pass: Option<PathBuf>,
+        /// Fallback port on 127.0.0.1 for ClientHellos the proxy cannot serve.
+        #[arg(short = 'F')]
+        fallback: Option<u16>,
+        /// TLS versions, comma-separated (1.2,1.3).
+        #[arg(long)]
+        versions: Option<String>,
+        /// Handshake timeout in seconds.
+        #[arg(long)]
+        handshake_timeout: Option<u64>,
+        /// Disable session tickets.
+        #[arg(long)]
+        no_tickets: bool,
+        /// What to do with an unknown SNI name: default, fallback or reject.
+        #[arg(long)]
+        unknown_sni: Option<String>,
+        /// Start the daemon if it is not running (where systemd does not manage it).
+        #[arg(long)]
+        start: bool,
+        /// [ADDRESS] PORT
+        #[arg(num_args = 1..=2, required = true)]
+        target: Vec<String>,
+    },
+    /// Delete an instance (its key stays in the token).
+    Delete {
+        /// [ADDRESS] PORT
+        #[arg(num_args = 1..=2, required = true)]
+        target: Vec<String>,
+    },
+    /// List the instances.
+    List,
+    /// Start the daemon for every instance (where systemd does not manage it).
+    Start,
+    /// Stop the daemon started with --start or start.
+    Stop,
+}
+
+fn target(t: &[String]) -> Result<(Option<String>, u16), String> {
+    let (addr, port) = match t {
+        [p] => (None, p),
+        [a, p] => (Some(a.clone()), p),
+        _ => return Err("expected [ADDRESS] PORT".into()),
+    };
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("bad port {port:?}"))?;
+    Ok((addr, port))
+}
+
+fn list_arg(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+const DEFAULT_TOKEN: &str = "OpenCF Metaslot";
+
+struct Ctx {
+    config: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl Ctx {
+    fn running_pid(&self) -> Option<i32> {
+        let pid: i32 = std::fs::read_to_string(&self.pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        alive.then_some(pid)
+    }
+
+    fn signal(&self, sig: rustix::process::Signal) -> Option<i32> {
+        let pid = self.running_pid()?;
+        let p = rustix::process::Pid::from_raw(pid)?;
+        rustix::process::kill_process(p, sig).ok().map(|_| pid)
+    }
+
+    /// Tells a running daemon to reload; starts one when asked to.
+    fn reload_or_start(&self, start: bool) -> Result<(), String> {
+        if let Some(pid) = self.signal(rustix::process::Signal::HUP) {
+            println!("tlsproxycfg: daemon {pid} reloading");
+            return Ok(());
+        }
+        if start {
+            return self.start();
+        }
+        println!(
+            "tlsproxycfg: no daemon running; start it with `systemctl start opencf-tlsproxy@NAME` or `tlsproxycfg start`"
+        );
+        Ok(())
+    }
+
+    fn start(&self) -> Result<(), String> {
+        if let Some(pid) = self.running_pid() {
+            return Err(format!("daemon already running (pid {pid})"));
+        }
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let daemon = exe.with_file_name("opencf-tlsproxy");
+        let log_path = self.config.with_extension("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("{}: {e}", log_path.display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&self.pid_file);
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new(&daemon)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--pid-file")
+            .arg(&self.pid_file)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", daemon.display()))?;
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(format!(
+                    "daemon exited ({status}); {}:\n{}",
+                    log_path.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
+            }
+            if self.running_pid() == Some(child.id() as i32) {
+                println!(
+                    "tlsproxycfg: daemon started, pid {} (log {})",
+                    child.id(),
+                    log_path.display()
+                );
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err("daemon did not start within 30 s".into())
+    }
+
+    fn stop(&self) -> Result<(), String> {
+        let pid = self
+            .signal(rustix::process::Signal::TERM)
+            .ok_or("no daemon running")?;
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until && Path::new(&format!("/proc/{pid}")).exists() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        println!("tlsproxycfg: daemon {pid} stopped");
+        Ok(())
+    }
+}
+
+fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
+    let Cmd::Create {
+        format,
+        input,
+        token,
+        cert_label,
+        proxy_port,
+        suites,
+        timeout,
+        cache,
+        pin_file,
+        import_pass,
+        fallback,
+        versions,
+        handshake_timeout,
+        no_tickets,
+        unknown_sni,
+        start,
+        target: t,
+    } = cmd
+    else {
+        unreachable!()
+    };
+    let (address, port) = target(&t)?;
+    let mut cfg = Config::load(&ctx.config)?;
+    if cfg.instances.iter().any(|i| i.is(address.as_deref(), port)) {
+        return Err(format!("instance {} exists; delete it first", t.join(" ")));
+    }
+    let pin_file = pin_file.as_deref().map(absolute).transpose()?;
+    let pin = pin_file.as_deref().map(read_pin_file).transpose()?;
+    let token = token.unwrap_or_else(|| DEFAULT_TOKEN.to_string());
+    let mut inst = Instance::new(address, port, proxy_port, String::new());
+    let label = cert_label.unwrap_or_else(|| format!("tlsproxy-{}", inst.name()));
+    let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
+    let mut wrote = None;
+    match format {
+        Format::Pkcs11 => {
+            if input.is_some() {
+                return Err("-i is for -f pem|pkcs12; -f pkcs11 takes -T and -C".into());
+            }
+            inst.cert_uri = Some(Pkcs11Uri::format(&token, &label, "cert"));
+        }
+        Format::Pem | Format::Pkcs12 => {
+            let input = input.ok_or("-f pem|pkcs12 needs -i FILE")?;
+            let pass = import_pass.as_deref().map(read_pin_file).transpose()?;
+            let kc = match format {
+                Format::Pem => load_pem(&input, pass.as_deref())?,
+                _ => load_pkcs12(&input, pass.as_deref())?,
+            };
+            let dir = absolute(&ctx.config)?.with_extension("d");
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let chain_path = dir.join(format!("{}.pem", inst.name()));
+            kc.import(&module, Some(&token), pin.clone(), &label)?;
+            std::fs::write(&chain_path, kc.chain_pem()?)
+                .map_err(|e| format!("{}: {e}", chain_path.display()))?;
+            println!("tlsproxycfg: key imported into token {token:?} as {label:?} (sensitive, not extractable)");
+            inst.cert_file = Some(chain_path.clone());
+            wrote = Some(chain_path);
+        }
+    }
+    inst.key_uri = Pkcs11Uri::format(&token, &label, "private");
+    inst.pin_file = pin_file;
+    inst.fallback_port = fallback;
+    if let Some(s) = suites {
+        let names = list_arg(&s);
+        select_suites(Some(&names))?;
+        inst.cipher_suites = Some(names);
+    }
+    if let Some(v) = versions {
+        inst.versions = list_arg(&v);
+    }
+    if let Some(t) = timeout {
+        inst.session_timeout = t;
+    }
+    if let Some(z) = cache {
+        inst.session_cache = z;
+    }
+    if let Some(h) = handshake_timeout {
+        inst.handshake_timeout = h;
+    }
+    if let Some(u) = unknown_sni {
+        inst.unknown_sni = toml::Value::String(u.clone())
+            .try_into()
+            .map_err(|_| format!("--unknown-sni {u:?}: default, fallback or reject"))?;
+    }
+    inst.tickets = !no_tickets;
+    cfg.instances.push(inst.clone());
+    // The whole file must parse and this instance's key and certificate must load.
+    let checked = Config::parse(&toml::to_string(&cfg).map_err(|e| e.to_string())?)
+        .and_then(|_| InstanceTls::build(&module, &inst, &Resumption::new(&inst)?).map(|_| ()));
+    if let Err(e) = checked {
+        if let Some(w) = wrote {
+            let _ = std::fs::remove_file(w);
+        }
+        return Err(e);
+    }
+    cfg.save(&ctx.config)?;
+    println!(
+        "tlsproxycfg: instance {} created in {}",
+        inst.name(),
+        ctx.config.display()
+    );
+    ctx.reload_or_start(start)
+}
+
+fn delete(ctx: &Ctx, t: &[String]) -> Result<(), String> {
+    let (address, port) = target(t)?;
+    let mut cfg = Config::load(&ctx.config)?;
+    let before = cfg.instances.len();
+    let mut removed = Vec::new();
+    cfg.instances.retain(|i| {
+        let hit = i.is(address.as_deref(), port);
+        if hit {
+            removed.push(i.clone());
+        }
+        !hit
+    });
+    if cfg.instances.len() == before {
+        return Err(format!("no instance {}", t.join(" ")));
+    }
+    cfg.save(&ctx.config)?;
+    let ours = absolute(&ctx.config)?.with_extension("d");
+    for i in removed {
+        if let Some(f) = i.cert_file.as_ref().filter(|f| f.starts_with(&ours)) {
+            let _ = std::fs::remove_file(f);
+        }
+        println!(
+            "tlsproxycfg: instance {} deleted (its key stays in the token)",
+            i.name()
+        );
+    }
+    ctx.reload_or_start(false)
+}
+
+fn list(ctx: &Ctx) -> Result<(), String> {
+    let cfg = Config::load(&ctx.config)?;
+    println!(
+        "{:<22} {:<6} {:<6} {:<8} {:<8} {:<8} KEY",
+        "INSTANCE", "PORT", "PROXY", "FALLBACK", "VERSIONS", "CACHE"
+    );
+    for i in &cfg.instances {
+        println!(
+            "{:<22} {:<6} {:<6} {:<8} {:<8} {:<8} {}",
+            i.name(),
+            i.port,
+            i.proxy_port,
+            i.fallback_port.map_or("-".to_string(), |p| p.to_string()),
+            i.versions.join(","),
+            format!("{}/{}s", i.session_cache, i.session_timeout),
+            i.key_uri
+        );
+    }
+    match ctx.running_pid() {
+        Some(pid) => println!("daemon: running, pid {pid}"),
+        None => println!("daemon: not running (from {})", ctx.pid_file.display()),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = args.config.unwrap_or_else(Config::default_path);
+    let pid_file = args
+        .pid_file
+        .unwrap_or_else(|| config.with_extension("pid"));
+    let ctx = Ctx { config, pid_file };
+    let r = match args.cmd {
+        c @ Cmd::Create { .. } => create(&ctx, c),
+        Cmd::Delete { target } => delete(&ctx, &target),
+        Cmd::List => list(&ctx),
+        Cmd::Start => ctx.start(),
+        Cmd::Stop => ctx.stop(),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tlsproxycfg: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

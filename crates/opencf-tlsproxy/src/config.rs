@@ -1,0 +1,284 @@
+//! The instance file (`tlsproxy.toml`), read by the daemon and edited by `tlsproxycfg`.
+//!
+//! ```toml
+//! module = "/usr/lib/opencf/libopencf.so"   # optional
+//!
+//! [[instance]]
+//! address = "127.0.0.1"        # optional; all addresses when absent
+//! port = 8443                  # TLS port
+//! proxy_port = 8080            # clear-text service on 127.0.0.1
+//! fallback_port = 8444         # optional: ClientHellos the proxy cannot serve go there
+//! versions = ["1.2", "1.3"]
+//! cipher_suites = ["TLS13_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]
+//! session_cache = 5000         # entries; 0 disables session-ID resumption
+//! session_timeout = 86400      # seconds, for session IDs and tickets
+//! tickets = true
+//! handshake_timeout = 10       # seconds
+//! unknown_sni = "default"      # or "fallback" / "reject"
+//! pin_file = "/etc/opencf/tlsproxy.pin"
+//! cert_file = "/etc/opencf/tlsproxy/8443.pem"      # or cert_uri = "pkcs11:…;type=cert"
+//! key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web;type=private"
+//!
+//! [[instance.sni]]
+//! names = ["www.example.org"]
+//! cert_uri = "pkcs11:token=OpenCF%20Metaslot;object=org;type=cert"
+//! key_uri = "pkcs11:token=OpenCF%20Metaslot;object=org;type=private"
+//! ```
+
+use crate::Result;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The PKCS#11 module; default `libopencf.so` beside the executable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<PathBuf>,
+    #[serde(default, rename = "instance")]
+    pub instances: Vec<Instance>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownSni {
+    /// Serve the instance's own certificate.
+    #[default]
+    Default,
+    /// Hand the connection to the fallback port.
+    Fallback,
+    /// Close the connection.
+    Reject,
+}
+
+fn default_versions() -> Vec<String> {
+    vec!["1.2".into(), "1.3".into()]
+}
+fn default_cache() -> usize {
+    5000
+}
+fn default_timeout() -> u64 {
+    86400
+}
+fn default_handshake_timeout() -> u64 {
+    10
+}
+fn yes() -> bool {
+    true
+}
+fn is_default_versions(v: &[String]) -> bool {
+    v == default_versions()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Instance {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub port: u16,
+    pub proxy_port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_port: Option<u16>,
+    #[serde(
+        default = "default_versions",
+        skip_serializing_if = "is_default_versions"
+    )]
+    pub versions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cipher_suites: Option<Vec<String>>,
+    #[serde(default = "default_cache")]
+    pub session_cache: usize,
+    #[serde(default = "default_timeout")]
+    pub session_timeout: u64,
+    #[serde(default = "yes")]
+    pub tickets: bool,
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout: u64,
+    #[serde(default)]
+    pub unknown_sni: UnknownSni,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_uri: Option<String>,
+    pub key_uri: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sni: Vec<SniSite>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SniSite {
+    pub names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_uri: Option<String>,
+    pub key_uri: String,
+}
+
+impl Instance {
+    pub fn new(address: Option<String>, port: u16, proxy_port: u16, key_uri: String) -> Self {
+        Instance {
+            address,
+            port,
+            proxy_port,
+            fallback_port: None,
+            versions: default_versions(),
+            cipher_suites: None,
+            session_cache: default_cache(),
+            session_timeout: default_timeout(),
+            tickets: true,
+            handshake_timeout: default_handshake_timeout(),
+            unknown_sni: UnknownSni::Default,
+            pin_file: None,
+            cert_file: None,
+            cert_uri: None,
+            key_uri,
+            sni: Vec::new(),
+        }
+    }
+
+    /// `PORT` or `ADDRESS-PORT`: the name used by `tlsproxycfg`, the systemd unit
+    /// (`opencf-tlsproxy@NAME`) and in messages.
+    pub fn name(&self) -> String {
+        match &self.address {
+            Some(a) => format!("{a}-{}", self.port),
+            None => self.port.to_string(),
+        }
+    }
+
+    /// The socket address to listen on.
+    pub fn listen_addr(&self) -> String {
+        match self.address.as_deref() {
+            None => format!("0.0.0.0:{}", self.port),
+            Some(a) if a.contains(':') && !a.starts_with('[') => format!("[{a}]:{}", self.port),
+            Some(a) => format!("{a}:{}", self.port),
+        }
+    }
+
+    /// Whether this instance is the one named by `address` and `port`.
+    pub fn is(&self, address: Option<&str>, port: u16) -> bool {
+        self.port == port && self.address.as_deref() == address
+    }
+
+    fn check(&self) -> Result<()> {
+        let n = self.name();
+        for v in &self.versions {
+            if v != "1.2" && v != "1.3" {
+                return Err(format!(
+                    "instance {n}: unknown TLS version {v:?} (1.2 or 1.3)"
+                ));
+            }
+        }
+        if self.versions.is_empty() {
+            return Err(format!("instance {n}: no TLS version"));
+        }
+        if self.cert_file.is_some() == self.cert_uri.is_some() {
+            return Err(format!(
+                "instance {n}: exactly one of cert_file and cert_uri is needed"
+            ));
+        }
+        for s in &self.sni {
+            if s.cert_file.is_some() == s.cert_uri.is_some() || s.names.is_empty() {
+                return Err(format!(
+                    "instance {n}: an sni entry needs names and exactly one of cert_file and cert_uri"
+                ));
+            }
+        }
+        if self.unknown_sni == UnknownSni::Fallback && self.fallback_port.is_none() {
+            return Err(format!(
+                "instance {n}: unknown_sni = \"fallback\" needs fallback_port"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Reads a file; a missing file is an empty configuration.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Config> {
+        let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut seen = std::collections::HashSet::new();
+        for i in &c.instances {
+            i.check()?;
+            if !seen.insert((i.address.clone(), i.port)) {
+                return Err(format!("instance {} is defined twice", i.name()));
+            }
+        }
+        Ok(c)
+    }
+
+    /// Writes the file atomically (temporary file in the same directory, then rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = toml::to_string_pretty(self).map_err(|e| e.to_string())?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let body = format!("# opencf-tlsproxy instances (written by tlsproxycfg)\n{text}");
+        std::fs::write(&tmp, body).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The default file: `/etc/opencf/tlsproxy.toml` for root, else
+    /// `$XDG_CONFIG_HOME/opencf/tlsproxy.toml` (`~/.config` when unset).
+    pub fn default_path() -> PathBuf {
+        if rustix::process::geteuid().is_root() {
+            return PathBuf::from("/etc/opencf/tlsproxy.toml");
+        }
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/".into()))
+                    .join(".config")
+            });
+        base.join("opencf").join("tlsproxy.toml")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_checks() {
+        let mut c = Config::default();
+        let mut i = Instance::new(None, 8443, 8080, "pkcs11:object=k".into());
+        i.cert_file = Some("/c.pem".into());
+        i.sni.push(SniSite {
+            names: vec!["a.example".into()],
+            cert_file: None,
+            cert_uri: Some("pkcs11:object=a;type=cert".into()),
+            key_uri: "pkcs11:object=a".into(),
+        });
+        c.instances.push(i.clone());
+        let text = toml::to_string_pretty(&c).unwrap();
+        assert_eq!(Config::parse(&text).unwrap(), c);
+        assert_eq!(i.name(), "8443");
+        assert_eq!(i.listen_addr(), "0.0.0.0:8443");
+        let mut j = i.clone();
+        j.address = Some("::1".into());
+        assert_eq!(j.listen_addr(), "[::1]:8443");
+        c.instances.push(i.clone());
+        let text = toml::to_string_pretty(&c).unwrap();
+        assert!(Config::parse(&text).unwrap_err().contains("twice"));
+        assert!(
+            Config::parse("[[instance]]\nport = 1\nproxy_port = 2\nkey_uri = \"x\"\n")
+                .unwrap_err()
+                .contains("cert_file")
+        );
+        assert!(Config::parse("bogus = 1").is_err());
+    }
+}

@@ -1,0 +1,424 @@
+//! The daemon: one listener per instance, one task per connection.
+//!
+//! A connection's first flight is read (bounded by the handshake timeout) until the ClientHello
+//! is complete; [`InstanceTls::decide`] then either hands the bytes, untouched, to the fallback
+//! port, or feeds them to a rustls [`Acceptor`] and completes the handshake with the chosen
+//! configuration, after which clear text is relayed to `127.0.0.1:proxy_port` in both
+//! directions with back-pressure (`copy_bidirectional`).
+//!
+//! `SIGHUP` re-reads the file: changed instances get their new TLS state for new connections,
+//! new ones start listening, removed ones stop listening; established connections keep going.
+
+use crate::clienthello::{peek, Peek, MAX_HELLO};
+use crate::config::{Config, Instance};
+use crate::stats::{self, inc, Active};
+use crate::tls::{Decision, InstanceTls, Resumption};
+use crate::token::{default_module, Module};
+use crate::Result;
+use rustls::server::Acceptor;
+use rustls::ServerConfig;
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, timeout_at, Instant};
+use tokio_rustls::StartHandshake;
+
+/// How long connecting to the clear-text service or the fallback port may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a connection needs of its instance (replaced as a whole on reload).
+pub struct State {
+    pub inst: Instance,
+    pub tls: InstanceTls,
+}
+
+struct Running {
+    tx: watch::Sender<Arc<State>>,
+    task: JoinHandle<()>,
+    res: Resumption,
+}
+
+/// The running instances of a process.
+pub struct Proxy {
+    module: Arc<Module>,
+    only: Option<String>,
+    running: HashMap<(Option<String>, u16), Running>,
+}
+
+impl Proxy {
+    /// Opens the PKCS#11 module named by the file (or the default one).
+    pub fn new(cfg: &Config, only: Option<String>) -> Result<Proxy> {
+        let path = cfg.module.clone().unwrap_or_else(default_module);
+        Ok(Proxy {
+            module: Module::open(&path)?,
+            only,
+            running: HashMap::new(),
+        })
+    }
+
+    /// Names of the instances listening now.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .running
+            .keys()
+            .map(|(a, p)| a.as_ref().map_or(p.to_string(), |a| format!("{a}-{p}")))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Brings the running instances in line with `cfg`. Every instance is built before any is
+    /// changed; on error nothing changes. Returns what was started, updated and stopped.
+    pub async fn apply(&mut self, cfg: &Config) -> Result<(usize, usize, usize)> {
+        if cfg.module.as_ref().is_some_and(|m| *m != self.module.path) {
+            eprintln!("opencf-tlsproxy: a new module path takes effect at restart only");
+        }
+        let wanted: Vec<&Instance> = cfg
+            .instances
+            .iter()
+            .filter(|i| self.only.as_ref().is_none_or(|o| *o == i.name()))
+            .collect();
+        if let Some(o) = &self.only {
+            if wanted.is_empty() {
+                return Err(format!("no instance named {o}"));
+            }
+        }
+        let mut built = Vec::new();
+        for inst in wanted {
+            let key = (inst.address.clone(), inst.port);
+            let res = match self.running.get(&key) {
+                Some(r) if r.res.key == (inst.session_cache, inst.session_timeout) => r.res.clone(),
+                _ => Resumption::new(inst)?,
+            };
+            let module = self.module.clone();
+            let i2 = inst.clone();
+            let r2 = res.clone();
+            // Building talks to the token (blocking calls): keep it off the reactor threads.
+            let tls = tokio::task::spawn_blocking(move || InstanceTls::build(&module, &i2, &r2))
+                .await
+                .map_err(|e| e.to_string())??;
+            let listener = if self.running.contains_key(&key) {
+                None
+            } else {
+                let addr = inst.listen_addr();
+                Some(
+                    TcpListener::bind(&addr)
+                        .await
+                        .map_err(|e| format!("listen on {addr}: {e}"))?,
+                )
+            };
+            built.push((key, inst.clone(), tls, res, listener));
+        }
+        let (mut started, mut updated) = (0, 0);
+        let mut keep = Vec::new();
+        for (key, inst, tls, res, listener) in built {
+            keep.push(key.clone());
+            let state = Arc::new(State { inst, tls });
+            match listener {
+                None => {
+                    let r = self.running.get_mut(&key).expect("running instance");
+                    r.tx.send_replace(state);
+                    r.res = res;
+                    updated += 1;
+                }
+                Some(l) => {
+                    eprintln!(
+                        "opencf-tlsproxy: instance {} listening on {} (clear text to 127.0.0.1:{})",
+                        state.inst.name(),
+                        l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                        state.inst.proxy_port
+                    );
+                    let (tx, rx) = watch::channel(state);
+                    let task = tokio::spawn(accept_loop(l, rx));
+                    self.running.insert(key, Running { tx, task, res });
+                    started += 1;
+                }
+            }
+        }
+        let gone: Vec<_> = self
+            .running
+            .keys()
+            .filter(|k| !keep.contains(k))
+            .cloned()
+            .collect();
+        for k in &gone {
+            if let Some(r) = self.running.remove(k) {
+                r.task.abort();
+            }
+        }
+        Ok((started, updated, gone.len()))
+    }
+}
+
+async fn accept_loop(listener: TcpListener, rx: watch::Receiver<Arc<State>>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let st = rx.borrow().clone();
+                tokio::spawn(handle(stream, st));
+            }
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                eprintln!("opencf-tlsproxy: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// One connection, from the first byte to the end of the relay.
+pub async fn handle(mut stream: TcpStream, st: Arc<State>) {
+    let _active = Active::new();
+    let s = stats::get();
+    let _ = stream.set_nodelay(true);
+    let deadline = Instant::now() + Duration::from_secs(st.inst.handshake_timeout);
+    let mut buf = Vec::with_capacity(1024);
+    let hello = loop {
+        match peek(&buf) {
+            Peek::Hello(h) => break h,
+            Peek::Invalid(_) => {
+                inc(s.malformed);
+                return;
+            }
+            Peek::Incomplete if buf.len() > MAX_HELLO + 4096 => {
+                inc(s.malformed);
+                return;
+            }
+            Peek::Incomplete => {}
+        }
+        match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Err(_) => {
+                inc(s.handshake_timeouts);
+                return;
+            }
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => {}
+        }
+    };
+    match st.tls.decide(&hello) {
+        Decision::Reject(_) => {
+            inc(s.rejected);
+            inc(s.alerts_sent);
+            // Fatal alert unrecognized_name (112).
+            let _ = stream.write_all(&[21, 3, 3, 0, 2, 2, 112]).await;
+        }
+        Decision::Fallback(_) => {
+            inc(s.fallbacks);
+            if let Some(port) = st.inst.fallback_port {
+                fallback(stream, &buf, port).await;
+            }
+        }
+        Decision::Serve(cfg) => serve(stream, &buf, cfg, st.inst.proxy_port, deadline).await,
+    }
+}
+
+async fn fallback(mut stream: TcpStream, first: &[u8], port: u16) {
+    let s = stats::get();
+    let mut up = match timeout(CONNECT_TIMEOUT, TcpStream::connect(("127.0.0.1", port))).await {
+        Ok(Ok(u)) => u,
+        _ => {
+            inc(s.backend_errors);
+            return;
+        }
+    };
+    let _ = up.set_nodelay(true);
+    if up.write_all(first).await.is_err() {
+        return;
+    }
+    s.fallback_bytes.fetch_add(first.len() as u64, Relaxed);
+    if let Ok((a, b)) = tokio::io::copy_bidirectional(&mut stream, &mut up).await {
+        s.fallback_bytes.fetch_add(a + b, Relaxed);
+    }
+}
+
+/// Counts a handshake error: alerts received from the peer, or the fatal alert rustls sends.
+fn handshake_error(e: &io::Error) {
+    let s = stats::get();
+    inc(s.handshake_failures);
+    match e.get_ref().and_then(|x| x.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::AlertReceived(_)) => inc(s.alerts_received),
+        Some(_) => inc(s.alerts_sent),
+        None => {}
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    first: &[u8],
+    cfg: Arc<ServerConfig>,
+    proxy_port: u16,
+    deadline: Instant,
+) {
+    let s = stats::get();
+    let mut acceptor = Acceptor::default();
+    let mut rd = first;
+    while !rd.is_empty() {
+        match acceptor.read_tls(&mut rd) {
+            Ok(n) if n > 0 => {}
+            _ => {
+                inc(s.malformed);
+                return;
+            }
+        }
+    }
+    let accepted = match acceptor.accept() {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            inc(s.malformed);
+            return;
+        }
+        Err((_, mut alert)) => {
+            inc(s.handshake_failures);
+            inc(s.alerts_sent);
+            let mut out = Vec::new();
+            if alert.write_all(&mut out).is_ok() {
+                let _ = stream.write_all(&out).await;
+            }
+            return;
+        }
+    };
+    let accept = StartHandshake::from_parts(accepted, stream).into_stream(cfg);
+    let mut tls = match timeout_at(deadline, accept).await {
+        Err(_) => {
+            inc(s.handshake_timeouts);
+            return;
+        }
+        Ok(Err(e)) => {
+            handshake_error(&e);
+            return;
+        }
+        Ok(Ok(t)) => t,
+    };
+    match tls.get_ref().1.handshake_kind() {
+        Some(rustls::HandshakeKind::Resumed) => inc(s.handshakes_resumed),
+        _ => inc(s.handshakes_full),
+    }
+    let mut backend = match timeout(
+        CONNECT_TIMEOUT,
+        TcpStream::connect(("127.0.0.1", proxy_port)),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        _ => {
+            inc(s.backend_errors);
+            let _ = tls.shutdown().await;
+            return;
+        }
+    };
+    let _ = backend.set_nodelay(true);
+    let mut counted = Counted {
+        inner: tls,
+        read: s.bytes_in,
+        written: s.bytes_out,
+    };
+    let _ = tokio::io::copy_bidirectional(&mut counted, &mut backend).await;
+}
+
+/// A stream that adds what passes through it to two counters as it goes.
+pub struct Counted<S> {
+    pub inner: S,
+    pub read: &'static AtomicU64,
+    pub written: &'static AtomicU64,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.read
+            .fetch_add((buf.filled().len() - before) as u64, Relaxed);
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = &r {
+            self.written.fetch_add(*n as u64, Relaxed);
+        }
+        r
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Writes the pid file (atomically) and removes it when dropped.
+pub struct PidFile(PathBuf);
+
+impl PidFile {
+    pub fn create(path: &Path) -> Result<PidFile> {
+        let tmp = path.with_extension("pid.tmp");
+        std::fs::write(&tmp, format!("{}\n", std::process::id()))
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT; SIGHUP reloads `config_path`.
+pub async fn run(config_path: &Path, only: Option<String>, pid_file: Option<&Path>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
+    let (mut hup, mut term, mut int) = (
+        sig(SignalKind::hangup())?,
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::interrupt())?,
+    );
+    let cfg = Config::load(config_path)?;
+    let mut proxy = Proxy::new(&cfg, only)?;
+    proxy.apply(&cfg).await?;
+    if proxy.running.is_empty() {
+        eprintln!(
+            "opencf-tlsproxy: no instance in {}; waiting for SIGHUP",
+            config_path.display()
+        );
+    }
+    let _pid = pid_file.map(PidFile::create).transpose()?;
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                match Config::load(config_path) {
+                    Ok(c) => match proxy.apply(&c).await {
+                        Ok((a, u, d)) => eprintln!(
+                            "opencf-tlsproxy: reloaded: {a} started, {u} updated, {d} stopped"
+                        ),
+                        Err(e) => eprintln!("opencf-tlsproxy: reload failed, nothing changed: {e}"),
+                    },
+                    Err(e) => eprintln!("opencf-tlsproxy: reload failed, nothing changed: {e}"),
+                }
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,442 @@
+//! rustls server configurations of an instance (one per certificate: the default site and each
+//! SNI site), resumption state with the configured size and timeout, and the decision between
+//! serving a ClientHello and handing it to the fallback port.
+
+use crate::clienthello::Hello;
+use crate::config::{Instance, UnknownSni};
+use crate::token::{pin_for, KeyKind, Module, TokenKey};
+use crate::uri::Pkcs11Uri;
+use crate::Result;
+use rustls::crypto::ring as provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
+use rustls::sign::CertifiedKey;
+use rustls::{ServerConfig, SignatureAlgorithm, SupportedCipherSuite, SupportedProtocolVersion};
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Entries by session ID, with their insertion time, and the IDs in insertion order.
+type Entries = (HashMap<Vec<u8>, (Instant, Vec<u8>)>, VecDeque<Vec<u8>>);
+
+/// Session-ID cache (TLS 1.2; TLS 1.3 when tickets are off) bounded in entries and age.
+#[derive(Debug)]
+pub struct SessionCache {
+    max: usize,
+    ttl: Duration,
+    inner: Mutex<Entries>,
+}
+
+impl SessionCache {
+    pub fn new(max: usize, ttl: Duration) -> Self {
+        SessionCache {
+            max,
+            ttl,
+            inner: Mutex::new((HashMap::new(), VecDeque::new())),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lookup(&self, key: &[u8], remove: bool) -> Option<Vec<u8>> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = g.0.get(key).is_some_and(|(t, _)| t.elapsed() < self.ttl);
+        if !fresh {
+            g.0.remove(key);
+            return None;
+        }
+        if remove {
+            g.0.remove(key).map(|(_, v)| v)
+        } else {
+            g.0.get(key).map(|(_, v)| v.clone())
+        }
+    }
+}
+
+impl StoresServerSessions for SessionCache {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        if self.max == 0 {
+            return false;
+        }
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, order) = &mut *g;
+        map.insert(key.clone(), (Instant::now(), value));
+        order.push_back(key);
+        // Oldest first: the order queue may hold keys already taken; skip those.
+        while map.len() > self.max {
+            match order.pop_front() {
+                Some(k) => {
+                    map.remove(&k);
+                }
+                None => break,
+            }
+        }
+        if order.len() > 2 * self.max + 16 {
+            order.retain(|k| map.contains_key(k));
+        }
+        true
+    }
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.lookup(key, false)
+    }
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.lookup(key, true)
+    }
+    fn can_cache(&self) -> bool {
+        self.max > 0
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// rustls's rotating ticketer, with the issue time sealed inside the ticket so that the
+/// configured session timeout applies to tickets too.
+#[derive(Debug)]
+pub struct TimedTicketer {
+    inner: Arc<dyn ProducesTickets>,
+    ttl: u32,
+}
+
+impl TimedTicketer {
+    pub fn new(ttl: u64) -> Result<Self> {
+        Ok(TimedTicketer {
+            inner: provider::Ticketer::new().map_err(|e| e.to_string())?,
+            ttl: ttl.min(u32::MAX as u64) as u32,
+        })
+    }
+}
+
+impl ProducesTickets for TimedTicketer {
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+    fn lifetime(&self) -> u32 {
+        self.ttl
+    }
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        let mut p = unix_now().to_be_bytes().to_vec();
+        p.extend_from_slice(plain);
+        self.inner.encrypt(&p)
+    }
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        let p = self.inner.decrypt(cipher)?;
+        let issued = u64::from_be_bytes(p.get(..8)?.try_into().ok()?);
+        if unix_now().saturating_sub(issued) > self.ttl as u64 {
+            return None;
+        }
+        Some(p[8..].to_vec())
+    }
+}
+
+/// Resumption state of an instance, kept across configuration reloads.
+#[derive(Debug, Clone)]
+pub struct Resumption {
+    pub cache: Arc<SessionCache>,
+    pub ticketer: Arc<TimedTicketer>,
+    pub key: (usize, u64),
+}
+
+impl Resumption {
+    pub fn new(inst: &Instance) -> Result<Self> {
+        Ok(Resumption {
+            cache: Arc::new(SessionCache::new(
+                inst.session_cache,
+                Duration::from_secs(inst.session_timeout),
+            )),
+            ticketer: Arc::new(TimedTicketer::new(inst.session_timeout)?),
+            key: (inst.session_cache, inst.session_timeout),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct OneCert(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for OneCert {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Canonical name of a suite as rustls spells it (`TLS13_AES_128_GCM_SHA256`,
+/// `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`).
+pub fn suite_name(s: &SupportedCipherSuite) -> String {
+    s.suite()
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{:?}", s.suite()))
+}
+
+/// Suites named in the configuration (IANA names; TLS 1.3 ones with `TLS_` or `TLS13_`;
+/// case-insensitive), or every suite rustls offers.
+pub fn select_suites(names: Option<&[String]>) -> Result<Vec<SupportedCipherSuite>> {
+    let all = provider::ALL_CIPHER_SUITES;
+    let Some(names) = names else {
+        return Ok(all.to_vec());
+    };
+    let mut out = Vec::new();
+    for n in names {
+        let up = n.trim().to_ascii_uppercase();
+        let alt = up.replacen("TLS_", "TLS13_", 1);
+        let found = all.iter().find(|s| {
+            let name = suite_name(s);
+            name == up || (matches!(s, SupportedCipherSuite::Tls13(_)) && name == alt)
+        });
+        match found {
+            Some(s) => out.push(*s),
+            None => {
+                let known: Vec<String> = all.iter().map(suite_name).collect();
+                return Err(format!(
+                    "unknown cipher suite {n:?}; known: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no cipher suite selected".into());
+    }
+    Ok(out)
+}
+
+fn load_certs(
+    module: &Module,
+    file: Option<&Path>,
+    uri: Option<&str>,
+    pin_file: Option<&Path>,
+) -> Result<Vec<CertificateDer<'static>>> {
+    if let Some(f) = file {
+        let certs: Vec<_> = CertificateDer::pem_file_iter(f)
+            .map_err(|e| format!("{}: {e}", f.display()))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", f.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{}: no certificate", f.display()));
+        }
+        return Ok(certs);
+    }
+    let text = uri.ok_or("no certificate configured")?;
+    let u = Pkcs11Uri::parse(text)?;
+    let token = module.token(u.token.as_deref(), pin_for(&u, pin_file)?)?;
+    Ok(vec![token.certificate(&u)?])
+}
+
+/// One certificate and key with the names it serves.
+pub struct Site {
+    pub names: Vec<String>,
+    pub config: Arc<ServerConfig>,
+    pub kind: KeyKind,
+}
+
+impl Site {
+    fn matches(&self, sni: &str) -> bool {
+        self.names.iter().any(|n| {
+            n == sni
+                || n.strip_prefix("*.").is_some_and(|base| {
+                    sni.split_once('.')
+                        .is_some_and(|(label, rest)| !label.is_empty() && rest == base)
+                })
+        })
+    }
+}
+
+/// What to do with a connection, decided from its ClientHello.
+pub enum Decision {
+    Serve(Arc<ServerConfig>),
+    Fallback(&'static str),
+    Reject(&'static str),
+}
+
+/// The TLS side of an instance.
+pub struct InstanceTls {
+    pub sites: Vec<Site>,
+    pub tls12: bool,
+    pub tls13: bool,
+    pub suites: Vec<SupportedCipherSuite>,
+    pub unknown_sni: UnknownSni,
+    pub fallback: bool,
+}
+
+impl InstanceTls {
+    pub fn build(module: &Module, inst: &Instance, res: &Resumption) -> Result<InstanceTls> {
+        let n = inst.name();
+        let suites = select_suites(inst.cipher_suites.as_deref())
+            .map_err(|e| format!("instance {n}: {e}"))?;
+        let tls12 = inst.versions.iter().any(|v| v == "1.2");
+        let tls13 = inst.versions.iter().any(|v| v == "1.3");
+        let mut versions: Vec<&'static SupportedProtocolVersion> = Vec::new();
+        if tls13 {
+            versions.push(&rustls::version::TLS13);
+        }
+        if tls12 {
+            versions.push(&rustls::version::TLS12);
+        }
+        let pin_file = inst.pin_file.as_deref();
+        let mut specs = vec![(
+            Vec::new(),
+            inst.cert_file.as_deref(),
+            inst.cert_uri.as_deref(),
+            inst.key_uri.as_str(),
+        )];
+        for s in &inst.sni {
+            let names = s
+                .names
+                .iter()
+                .map(|x| x.trim_end_matches('.').to_ascii_lowercase())
+                .collect();
+            specs.push((
+                names,
+                s.cert_file.as_deref(),
+                s.cert_uri.as_deref(),
+                s.key_uri.as_str(),
+            ));
+        }
+        let mut sites = Vec::new();
+        for (names, cert_file, cert_uri, key_uri) in specs {
+            let ctx = |e: String| format!("instance {n}: {e}");
+            let key = TokenKey::open(module, key_uri, pin_file).map_err(ctx)?;
+            let certs = load_certs(module, cert_file, cert_uri, pin_file).map_err(ctx)?;
+            let kind = key.kind();
+            let alg = if matches!(kind, KeyKind::Rsa { .. }) {
+                SignatureAlgorithm::RSA
+            } else {
+                SignatureAlgorithm::ECDSA
+            };
+            let mut p = provider::default_provider();
+            p.cipher_suites = suites
+                .iter()
+                .filter(|s| s.usable_for_signature_algorithm(alg))
+                .copied()
+                .collect();
+            let ck = Arc::new(CertifiedKey::new(certs, Arc::new(key)));
+            let mut cfg = ServerConfig::builder_with_provider(Arc::new(p))
+                .with_protocol_versions(&versions)
+                .map_err(|e| ctx(e.to_string()))?
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(OneCert(ck)));
+            cfg.ignore_client_order = true;
+            cfg.session_storage = res.cache.clone();
+            if inst.tickets {
+                cfg.ticketer = res.ticketer.clone();
+            }
+            sites.push(Site {
+                names,
+                config: Arc::new(cfg),
+                kind,
+            });
+        }
+        Ok(InstanceTls {
+            sites,
+            tls12,
+            tls13,
+            suites,
+            unknown_sni: inst.unknown_sni,
+            fallback: inst.fallback_port.is_some(),
+        })
+    }
+
+    /// Whether rustls can complete a handshake for `hello` with `site`.
+    fn can_serve(&self, site: &Site, hello: &Hello) -> bool {
+        let schemes: Vec<u16> = match site.kind {
+            KeyKind::Rsa { .. } => vec![0x0804, 0x0805, 0x0401, 0x0501],
+            KeyKind::EcP256 => vec![0x0403],
+            KeyKind::EcP384 => vec![0x0503],
+        };
+        let sig_ok = |tls13: bool| {
+            hello
+                .sig_schemes
+                .iter()
+                .any(|s| schemes.contains(s) && !(tls13 && (*s == 0x0401 || *s == 0x0501)))
+        };
+        let suite_ok = |want13: bool| {
+            site.config.crypto_provider().cipher_suites.iter().any(|s| {
+                matches!(s, SupportedCipherSuite::Tls13(_)) == want13
+                    && hello.suites.contains(&u16::from(s.suite()))
+            })
+        };
+        (self.tls13 && hello.versions.contains(&0x0304) && suite_ok(true) && sig_ok(true))
+            || (self.tls12 && hello.versions.contains(&0x0303) && suite_ok(false) && sig_ok(false))
+    }
+
+    pub fn decide(&self, hello: &Hello) -> Decision {
+        let site = match hello.sni.as_deref() {
+            None => &self.sites[0],
+            Some(name) => match self.sites[1..].iter().find(|s| s.matches(name)) {
+                Some(s) => s,
+                None => match self.unknown_sni {
+                    UnknownSni::Default => &self.sites[0],
+                    UnknownSni::Fallback => return Decision::Fallback("unknown server name"),
+                    UnknownSni::Reject => return Decision::Reject("unknown server name"),
+                },
+            },
+        };
+        if self.fallback && !self.can_serve(site, hello) {
+            return Decision::Fallback("no common version, cipher suite or signature scheme");
+        }
+        // Without a fallback port rustls answers what it cannot serve with an alert.
+        Decision::Serve(site.config.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suite_names() {
+        let s = select_suites(Some(&["tls_aes_128_gcm_sha256".into()])).unwrap();
+        assert_eq!(suite_name(&s[0]), "TLS13_AES_128_GCM_SHA256");
+        let s = select_suites(Some(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()])).unwrap();
+        assert_eq!(u16::from(s[0].suite()), 0xc02f);
+        assert!(select_suites(Some(&["AES128-SHA".into()]))
+            .unwrap_err()
+            .contains("known"));
+        assert!(select_suites(None).unwrap().len() >= 9);
+    }
+
+    #[test]
+    fn cache_bounds_and_ttl() {
+        let c = SessionCache::new(2, Duration::from_secs(60));
+        for i in 0..5u8 {
+            assert!(c.put(vec![i], vec![i]));
+        }
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.get(&[4]), Some(vec![4]));
+        assert_eq!(c.get(&[0]), None);
+        assert_eq!(c.take(&[3]), Some(vec![3]));
+        assert_eq!(c.get(&[3]), None);
+        let z = SessionCache::new(5, Duration::from_secs(0));
+        z.put(vec![1], vec![1]);
+        assert_eq!(z.get(&[1]), None);
+        assert!(!SessionCache::new(0, Duration::from_secs(1)).can_cache());
+    }
+
+    #[test]
+    fn tickets_expire() {
+        let t = TimedTicketer::new(100).unwrap();
+        let c = t.encrypt(b"state").unwrap();
+        assert_eq!(t.decrypt(&c).as_deref(), Some(&b"state"[..]));
+        let old = TimedTicketer {
+            inner: t.inner.clone(),
+            ttl: 0,
+        };
+        let mut p = (unix_now() - 10).to_be_bytes().to_vec();
+        p.extend_from_slice(b"x");
+        let c = t.inner.encrypt(&p).unwrap();
+        assert_eq!(old.decrypt(&c), None);
+        assert!(t.decrypt(b"garbage").is_none());
+    }
+}

@@ -1,0 +1,510 @@
+//! The PKCS#11 side: one module per process, tokens found by label with a pool of sessions
+//! (a PKCS#11 session runs one operation at a time; `C_Login` is per token and application, so
+//! the pool logs in once and every later session shares that state), and the rustls signing
+//! keys whose private half never leaves the token.
+
+use crate::stats;
+use crate::uri::Pkcs11Uri;
+use crate::Result;
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use cryptoki::error::{Error as CkError, RvError};
+use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsPssParams};
+use cryptoki::mechanism::{Mechanism, MechanismType};
+use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
+use cryptoki::session::{Session, UserType};
+use cryptoki::slot::Slot;
+use cryptoki::types::AuthPin;
+use rustls::pki_types::CertificateDer;
+use rustls::sign::{Signer, SigningKey};
+use rustls::{SignatureAlgorithm, SignatureScheme};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Idle sessions kept per token; more are opened when more signatures run at once.
+const POOL_MAX: usize = 64;
+
+/// DER of the named-curve OIDs (CKA_EC_PARAMS).
+pub const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+pub const P384_PARAMS: &[u8] = &[0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+
+fn ck(what: &str, e: CkError) -> String {
+    format!("{what}: {e}")
+}
+
+/// The PKCS#11 module of the process (initialized once, never finalized while running).
+pub struct Module {
+    ctx: Pkcs11,
+    pub path: PathBuf,
+    tokens: Mutex<HashMap<String, Arc<Token>>>,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Module({})", self.path.display())
+    }
+}
+
+/// `libopencf.so` beside the executable (the build tree), else in `../lib` (an installed
+/// `PREFIX/bin`, `PREFIX/lib` layout), else `/usr/lib/opencf/libopencf.so`.
+pub fn default_module() -> PathBuf {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        for p in [dir.join("libopencf.so"), dir.join("../lib/libopencf.so")] {
+            if p.exists() {
+                return p;
+            }
+        }
+    }
+    PathBuf::from("/usr/lib/opencf/libopencf.so")
+}
+
+/// Reads a PIN file: its first line.
+pub fn read_pin_file(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text.lines().next().unwrap_or("").to_string())
+}
+
+/// The PIN for a URI: its `pin-value`, its `pin-source=file:…`, else the given file.
+pub fn pin_for(uri: &Pkcs11Uri, pin_file: Option<&Path>) -> Result<Option<String>> {
+    if let Some(v) = &uri.pin_value {
+        return Ok(Some(v.clone()));
+    }
+    if let Some(src) = &uri.pin_source {
+        let path = src.strip_prefix("file:").unwrap_or(src);
+        return read_pin_file(Path::new(path)).map(Some);
+    }
+    pin_file.map(read_pin_file).transpose()
+}
+
+impl Module {
+    pub fn open(path: &Path) -> Result<Arc<Module>> {
+        let ctx = Pkcs11::new(path).map_err(|e| ck(&path.display().to_string(), e))?;
+        ctx.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+            .map_err(|e| ck("C_Initialize", e))?;
+        Ok(Arc::new(Module {
+            ctx,
+            path: path.to_path_buf(),
+            tokens: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The slot whose token has this label (the first slot with a token when `None`).
+    pub fn find_slot(&self, label: Option<&str>) -> Result<Slot> {
+        let slots = self
+            .ctx
+            .get_slots_with_token()
+            .map_err(|e| ck("C_GetSlotList", e))?;
+        for s in &slots {
+            let info = self
+                .ctx
+                .get_token_info(*s)
+                .map_err(|e| ck("C_GetTokenInfo", e))?;
+            if label.is_none_or(|l| info.label().trim_end() == l) {
+                return Ok(*s);
+            }
+        }
+        Err(format!("no token labelled {:?}", label.unwrap_or("(any)")))
+    }
+
+    /// The token with this label, logged in with `pin` on first use.
+    pub fn token(&self, label: Option<&str>, pin: Option<String>) -> Result<Arc<Token>> {
+        let key = label.unwrap_or("").to_string();
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = tokens.get(&key) {
+            if let Some(p) = pin {
+                t.set_pin(p);
+            }
+            return Ok(t.clone());
+        }
+        let slot = self.find_slot(label)?;
+        let mechs = self
+            .ctx
+            .get_mechanism_list(slot)
+            .map_err(|e| ck("C_GetMechanismList", e))?;
+        let t = Arc::new(Token {
+            ctx: self.ctx.clone(),
+            slot,
+            label: key.clone(),
+            pin: Mutex::new(pin.map(AuthPin::from)),
+            pool: Mutex::new(Vec::new()),
+            mechs,
+        });
+        // Log in now, so that a wrong or expired PIN shows at start-up.
+        t.with_session(|_| Ok(()))?;
+        tokens.insert(key, t.clone());
+        Ok(t)
+    }
+}
+
+/// One token and its session pool.
+pub struct Token {
+    ctx: Pkcs11,
+    slot: Slot,
+    pub label: String,
+    pin: Mutex<Option<AuthPin>>,
+    pool: Mutex<Vec<Session>>,
+    mechs: Vec<MechanismType>,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token({:?}, slot {})", self.label, self.slot.id())
+    }
+}
+
+fn session_lost(e: &CkError) -> bool {
+    matches!(
+        e,
+        CkError::Pkcs11(
+            RvError::SessionHandleInvalid
+                | RvError::SessionClosed
+                | RvError::DeviceRemoved
+                | RvError::TokenNotPresent,
+            _
+        )
+    )
+}
+
+impl Token {
+    fn set_pin(&self, pin: String) {
+        *self.pin.lock().unwrap_or_else(|p| p.into_inner()) = Some(AuthPin::from(pin));
+    }
+
+    pub fn has_mechanism(&self, m: MechanismType) -> bool {
+        self.mechs.contains(&m)
+    }
+
+    fn login(&self, s: &Session) -> Result<()> {
+        let pin = self.pin.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(pin) = pin.as_ref() else {
+            return Ok(());
+        };
+        match s.login(UserType::User, Some(pin)) {
+            Ok(()) | Err(CkError::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => Ok(()),
+            Err(e) => Err(ck(&format!("C_Login on token {:?}", self.label), e)),
+        }
+    }
+
+    fn open_session(&self) -> Result<Session> {
+        let s = self
+            .ctx
+            .open_rw_session(self.slot)
+            .map_err(|e| ck("C_OpenSession", e))?;
+        self.login(&s)?;
+        Ok(s)
+    }
+
+    /// Runs `f` on a pooled session (opening one if none is idle). A session the token
+    /// reports as gone is dropped; `CKR_USER_NOT_LOGGED_IN` triggers one new login and a retry.
+    pub fn with_session<R>(
+        &self,
+        f: impl Fn(&Session) -> std::result::Result<R, CkError>,
+    ) -> Result<R> {
+        let idle = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let s = match idle {
+            Some(s) => s,
+            None => self.open_session()?,
+        };
+        let mut r = f(&s);
+        if let Err(CkError::Pkcs11(RvError::UserNotLoggedIn, _)) = &r {
+            self.login(&s)?;
+            r = f(&s);
+        }
+        match &r {
+            Err(e) if session_lost(e) => drop(s),
+            _ => {
+                let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                if pool.len() < POOL_MAX {
+                    pool.push(s);
+                }
+            }
+        }
+        r.map_err(|e| ck(&format!("token {:?}", self.label), e))
+    }
+
+    /// Finds exactly one object of `class` named by the URI.
+    pub fn find(&self, uri: &Pkcs11Uri, class: ObjectClass) -> Result<ObjectHandle> {
+        let mut t = vec![Attribute::Class(class)];
+        if let Some(o) = &uri.object {
+            t.push(Attribute::Label(o.as_bytes().to_vec()));
+        }
+        if let Some(id) = &uri.id {
+            t.push(Attribute::Id(id.clone()));
+        }
+        let found = self.with_session(|s| s.find_objects(&t))?;
+        match found.as_slice() {
+            [h] => Ok(*h),
+            [] => Err(format!(
+                "no {class} object matches {uri:?} in token {:?}",
+                self.label
+            )),
+            _ => Err(format!("{} {class} objects match {uri:?}", found.len())),
+        }
+    }
+
+    /// The DER value of a certificate object.
+    pub fn certificate(&self, uri: &Pkcs11Uri) -> Result<CertificateDer<'static>> {
+        let h = self.find(uri, ObjectClass::CERTIFICATE)?;
+        let attrs = self.with_session(|s| s.get_attributes(h, &[AttributeType::Value]))?;
+        match attrs.into_iter().next() {
+            Some(Attribute::Value(v)) => Ok(CertificateDer::from(v)),
+            _ => Err("certificate object has no CKA_VALUE".into()),
+        }
+    }
+}
+
+/// Kind of a private key in the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// RSA; `pss_combined` when the token has CKM_SHA256_RSA_PKCS_PSS (hashing in the token).
+    Rsa {
+        bits: usize,
+        pss_combined: bool,
+    },
+    EcP256,
+    EcP384,
+}
+
+struct KeyInner {
+    token: Arc<Token>,
+    handle: ObjectHandle,
+    kind: KeyKind,
+    name: String,
+}
+
+/// A private key in a token, usable by rustls as a [`SigningKey`].
+#[derive(Clone)]
+pub struct TokenKey(Arc<KeyInner>);
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenKey({}, {:?})", self.0.name, self.0.kind)
+    }
+}
+
+impl TokenKey {
+    /// Resolves `pkcs11:…;type=private` in the module.
+    pub fn open(module: &Module, uri_text: &str, pin_file: Option<&Path>) -> Result<TokenKey> {
+        let uri = Pkcs11Uri::parse(uri_text)?;
+        if uri.kind.as_deref().is_some_and(|k| k != "private") {
+            return Err(format!("{uri_text}: type must be private"));
+        }
+        let token = module.token(uri.token.as_deref(), pin_for(&uri, pin_file)?)?;
+        let handle = token.find(&uri, ObjectClass::PRIVATE_KEY)?;
+        let attrs = token.with_session(|s| {
+            s.get_attributes(handle, &[AttributeType::KeyType, AttributeType::Sign])
+        })?;
+        let mut key_type = None;
+        for a in attrs {
+            match a {
+                Attribute::KeyType(k) => key_type = Some(k),
+                Attribute::Sign(false) => return Err(format!("{uri_text}: CKA_SIGN is false")),
+                _ => {}
+            }
+        }
+        let kind = match key_type {
+            Some(KeyType::RSA) => {
+                // The modulus is public; its length gives the key size.
+                let m = token.with_session(|s| s.get_attributes(handle, &[AttributeType::Modulus]));
+                let bits = match m?.into_iter().next() {
+                    Some(Attribute::Modulus(n)) => n.iter().skip_while(|b| **b == 0).count() * 8,
+                    _ => 0,
+                };
+                KeyKind::Rsa {
+                    bits,
+                    pss_combined: token.has_mechanism(MechanismType::SHA256_RSA_PKCS_PSS),
+                }
+            }
+            Some(KeyType::EC) => {
+                let p =
+                    token.with_session(|s| s.get_attributes(handle, &[AttributeType::EcParams]));
+                match p?.into_iter().next() {
+                    Some(Attribute::EcParams(p)) if p == P256_PARAMS => KeyKind::EcP256,
+                    Some(Attribute::EcParams(p)) if p == P384_PARAMS => KeyKind::EcP384,
+                    _ => {
+                        return Err(format!(
+                            "{uri_text}: only P-256 and P-384 EC keys are served"
+                        ))
+                    }
+                }
+            }
+            other => return Err(format!("{uri_text}: unsupported key type {other:?}")),
+        };
+        Ok(TokenKey(Arc::new(KeyInner {
+            token,
+            handle,
+            kind,
+            name: uri_text.to_string(),
+        })))
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        self.0.kind
+    }
+
+    /// Schemes this key can sign with, in order of preference.
+    pub fn schemes(&self) -> &'static [SignatureScheme] {
+        use SignatureScheme as S;
+        match self.0.kind {
+            KeyKind::Rsa { .. } => &[
+                S::RSA_PSS_SHA256,
+                S::RSA_PSS_SHA384,
+                S::RSA_PKCS1_SHA256,
+                S::RSA_PKCS1_SHA384,
+            ],
+            KeyKind::EcP256 => &[S::ECDSA_NISTP256_SHA256],
+            KeyKind::EcP384 => &[S::ECDSA_NISTP384_SHA384],
+        }
+    }
+
+    /// Signs `message` with `scheme` in the token.
+    pub fn sign_with(&self, scheme: SignatureScheme, message: &[u8]) -> Result<Vec<u8>> {
+        use ring::digest::{digest, SHA256, SHA384};
+        let pss = |hash_alg, mgf, len: u64| PkcsPssParams {
+            hash_alg,
+            mgf,
+            s_len: len.into(),
+        };
+        let p256 = pss(MechanismType::SHA256, PkcsMgfType::MGF1_SHA256, 32);
+        let p384 = pss(MechanismType::SHA384, PkcsMgfType::MGF1_SHA384, 48);
+        let combined = matches!(
+            self.0.kind,
+            KeyKind::Rsa {
+                pss_combined: true,
+                ..
+            }
+        );
+        let (mech, data): (Mechanism, Vec<u8>) = match scheme {
+            SignatureScheme::RSA_PSS_SHA256 if combined => {
+                (Mechanism::Sha256RsaPkcsPss(p256), message.to_vec())
+            }
+            SignatureScheme::RSA_PSS_SHA384 if combined => {
+                (Mechanism::Sha384RsaPkcsPss(p384), message.to_vec())
+            }
+            SignatureScheme::RSA_PSS_SHA256 => (
+                Mechanism::RsaPkcsPss(p256),
+                digest(&SHA256, message).as_ref().to_vec(),
+            ),
+            SignatureScheme::RSA_PSS_SHA384 => (
+                Mechanism::RsaPkcsPss(p384),
+                digest(&SHA384, message).as_ref().to_vec(),
+            ),
+            SignatureScheme::RSA_PKCS1_SHA256 => (Mechanism::Sha256RsaPkcs, message.to_vec()),
+            SignatureScheme::RSA_PKCS1_SHA384 => (Mechanism::Sha384RsaPkcs, message.to_vec()),
+            SignatureScheme::ECDSA_NISTP256_SHA256 => {
+                (Mechanism::Ecdsa, digest(&SHA256, message).as_ref().to_vec())
+            }
+            SignatureScheme::ECDSA_NISTP384_SHA384 => {
+                (Mechanism::Ecdsa, digest(&SHA384, message).as_ref().to_vec())
+            }
+            other => return Err(format!("signature scheme {other:?} is not supported")),
+        };
+        let sig = self
+            .0
+            .token
+            .with_session(|s| s.sign(&mech, self.0.handle, &data))?;
+        if matches!(self.0.kind, KeyKind::EcP256 | KeyKind::EcP384) {
+            ecdsa_der(&sig)
+        } else {
+            Ok(sig)
+        }
+    }
+}
+
+/// Converts a PKCS#11 ECDSA signature (r || s, each the size of the order) into the DER
+/// `SEQUENCE { INTEGER r, INTEGER s }` that TLS carries.
+pub fn ecdsa_der(raw: &[u8]) -> Result<Vec<u8>> {
+    if raw.is_empty() || !raw.len().is_multiple_of(2) {
+        return Err(format!("ECDSA signature of odd length {}", raw.len()));
+    }
+    let (r, s) = raw.split_at(raw.len() / 2);
+    let mut body = Vec::with_capacity(raw.len() + 8);
+    for x in [r, s] {
+        let x = match x.iter().position(|b| *b != 0) {
+            Some(i) => &x[i..],
+            None => &x[x.len() - 1..],
+        };
+        body.push(0x02);
+        let pad = x[0] & 0x80 != 0;
+        der_len(&mut body, x.len() + pad as usize);
+        if pad {
+            body.push(0);
+        }
+        body.extend_from_slice(x);
+    }
+    let mut out = vec![0x30];
+    der_len(&mut out, body.len());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+fn der_len(out: &mut Vec<u8>, n: usize) {
+    if n < 0x80 {
+        out.push(n as u8);
+    } else if n < 0x100 {
+        out.extend_from_slice(&[0x81, n as u8]);
+    } else {
+        out.extend_from_slice(&[0x82, (n >> 8) as u8, n as u8]);
+    }
+}
+
+impl SigningKey for TokenKey {
+    fn choose_scheme(&self, offered: &[SignatureScheme]) -> Option<Box<dyn Signer>> {
+        let scheme = self.schemes().iter().find(|s| offered.contains(s))?;
+        Some(Box::new(TokenSigner {
+            key: self.clone(),
+            scheme: *scheme,
+        }))
+    }
+
+    fn algorithm(&self) -> SignatureAlgorithm {
+        match self.0.kind {
+            KeyKind::Rsa { .. } => SignatureAlgorithm::RSA,
+            _ => SignatureAlgorithm::ECDSA,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct TokenSigner {
+    key: TokenKey,
+    scheme: SignatureScheme,
+}
+
+impl Signer for TokenSigner {
+    fn sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, rustls::Error> {
+        self.key.sign_with(self.scheme, message).map_err(|e| {
+            stats::inc(stats::get().sign_errors);
+            eprintln!("opencf-tlsproxy: signing with {}: {e}", self.key.0.name);
+            rustls::Error::General(format!("token signature failed: {e}"))
+        })
+    }
+
+    fn scheme(&self) -> SignatureScheme {
+        self.scheme
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn der_of_raw_signatures() {
+        let mut raw = vec![0u8; 64];
+        raw[0] = 0x80;
+        raw[63] = 1;
+        let d = ecdsa_der(&raw).unwrap();
+        assert_eq!(&d[..5], &[0x30, 0x26, 0x02, 0x21, 0x00]);
+        assert_eq!(&d[d.len() - 3..], &[0x02, 0x01, 0x01]);
+        let zero = ecdsa_der(&[0u8; 64]).unwrap();
+        assert_eq!(zero, vec![0x30, 6, 2, 1, 0, 2, 1, 0]);
+        assert!(ecdsa_der(&[1, 2, 3]).is_err());
+        // P-521-sized values take the long length form.
+        let big = ecdsa_der(&[0xffu8; 132]).unwrap();
+        assert_eq!(&big[..3], &[0x30, 0x81, 0x8a]);
+    }
+}

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# opencf-tlsproxy end to end: keys imported into the softtoken behind libopencf.so (sensitive,
+# not extractable), curl and openssl over TLS 1.3 and 1.2 with RSA-2048 and ECDSA P-256,
+# PKCS#1 v1.5 signatures, resumption by session ID and ticket, fallback of a ClientHello the
+# proxy cannot serve, reload with SIGHUP keeping established connections, delete, robustness
+# (malformed/random/mutated first flights, a stalled handshake, 1,000 idle connections) and the
+# counters in `cryptoadm stat --json`.
+#
+# Every server listens on 127.0.0.1 on high ports; every wait is bounded; a trap kills every
+# process this script starts. Prints PASS/FAIL lines and `tlsproxy: N passed, M failed`.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+REL=$ROOT/target/release
+HERE=$ROOT/tests/tlsproxy
+IDLE_CONNS=${TLSPROXY_IDLE_CONNS:-1000}
+
+for b in opencf-tlsproxy tlsproxycfg cryptoadm libopencf.so libopencf_softtoken.so; do
+    [ -e "$REL/$b" ] || { echo "missing $REL/$b (cargo build --release -p opencf-tlsproxy -p opencf -p opencf-softtoken -p cryptoadm)"; exit 1; }
+done
+for t in curl openssl pkcs11-tool python3; do
+    command -v "$t" >/dev/null || { echo "missing $t (scripts/install-deps.sh)"; exit 1; }
+done
+
+W=$(mktemp -d /tmp/opencf-tlsproxy-test.XXXXXX)
+PIDS=()
+cleanup() {
+    [ -f "$W/tlsproxy.pid" ] && kill "$(cat "$W/tlsproxy.pid")" 2>/dev/null
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$W"
+}
+trap cleanup EXIT INT TERM
+
+unset OPENCF_CONF
+export OPENCF_SOFTTOKEN_DIR=$W/softtoken XDG_CONFIG_HOME=$W/xdg OPENCF_STAT_DIR=$W/stat
+mkdir -p "$OPENCF_SOFTTOKEN_DIR" "$XDG_CONFIG_HOME" "$W/lib" "$W/www"
+mkdir -m 700 "$OPENCF_STAT_DIR"
+# A private copy of the framework and the software token: the zero-configuration default loads
+# every provider found beside libopencf.so, and only these two are under test here.
+cp "$REL/libopencf.so" "$REL/libopencf_softtoken.so" "$W/lib/"
+MOD=$W/lib/libopencf.so
+CONF=$W/tlsproxy.toml
+CFG=("$REL/tlsproxycfg" --config "$CONF")
+
+PASSED=0
+FAILED=0
+pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
+check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+
+# Free ports below the ephemeral range (so that no outgoing connection can hold one): a random
+# base, moved on until eight consecutive ports are free.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+EPH_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$EPH_LOW" -gt 12000 ] || EPH_LOW=65000
+BASE=$((10000 + RANDOM % (EPH_LOW - 10300)))
+for _ in $(seq 20); do
+    ok=1
+    for i in 0 1 2 3 4 5 6 7; do port_free $((BASE + i)) || { ok=0; break; }; done
+    [ $ok = 1 ] && break
+    BASE=$((BASE + 10))
+done
+HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
+P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6))
+
+wait_port() { # PORT [up|down]: bounded wait (10 s) for a listener to appear or go
+    local want=${2:-up}
+    for _ in $(seq 100); do
+        if port_free "$1"; then [ "$want" = down ] && return 0; else [ "$want" = up ] && return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# --- setup: PIN, certificates, servers -----------------------------------------------------
+pkcs11-tool --module "$MOD" --slot 1 --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
+    || { echo "cannot set the softtoken PIN"; exit 1; }
+printf 'tls pin\n' > "$W/pin"
+printf 'p12 pass\n' > "$W/p12pass"
+(
+    cd "$W"
+    san=(-addext subjectAltName=DNS:localhost)
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout rsa.key -out rsa.crt -subj /CN=localhost -days 2 "${san[@]}"
+    cat rsa.key rsa.crt > rsa.pem
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ec.key -out ec.crt \
+        -subj /CN=localhost -days 2 "${san[@]}"
+    openssl pkcs12 -export -inkey ec.key -in ec.crt -out ec.p12 -passout pass:'p12 pass'
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout fb.key -out fb.crt -subj /CN=fallback-server -days 2
+) >/dev/null 2>&1 || { echo "openssl could not make the test certificates"; exit 1; }
+echo "hello through opencf-tlsproxy" > "$W/www/index.html"
+(cd "$W/www" && exec python3 -m http.server "$HTTP" --bind 127.0.0.1 >"$W/http.log" 2>&1) &
+PIDS+=($!)
+openssl s_server -accept "127.0.0.1:$P_FB" -cert "$W/fb.crt" -key "$W/fb.key" -cipher AES128-SHA \
+    -www -quiet >"$W/s_server.log" 2>&1 &
+PIDS+=($!)
+wait_port "$HTTP" && wait_port "$P_FB" || { echo "test servers did not start"; exit 1; }
+
+# The module for tlsproxycfg and the daemon (written before the first create).
+printf 'module = "%s"\n' "$MOD" > "$CONF"
+
+# --- instances -------------------------------------------------------------------------------
+# RSA from PEM, ECDHE and TLS 1.3 suites only, fallback to the s_server; the daemon starts here.
+"${CFG[@]}" create -f pem -i "$W/rsa.pem" -p "$W/pin" -x "$HTTP" -F "$P_FB" -z 100 -t 600 \
+    -c TLS13_AES_128_GCM_SHA256,TLS13_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 \
+    --start 127.0.0.1 "$P_RSA" > "$W/create1.log" 2>&1
+check "create -f pem (RSA-2048) --start: daemon listening" wait_port "$P_RSA"
+[ -s "$W/create1.log" ] && sed 's/^/    /' "$W/create1.log"
+# ECDSA P-256 from PKCS#12, added to the running daemon (SIGHUP).
+"${CFG[@]}" create -f pkcs12 -i "$W/ec.p12" -P "$W/p12pass" -p "$W/pin" -C web-ec -x "$HTTP" \
+    127.0.0.1 "$P_EC" > "$W/create2.log" 2>&1
+check "create -f pkcs12 (ECDSA P-256), reload: listening" wait_port "$P_EC"
+
+# The keys are in the token, sensitive and never extractable.
+keys_ok() {
+    pkcs11-tool --module "$MOD" --login --pin 'tls pin' --list-objects --type privkey 2>/dev/null > "$W/keys.txt"
+    python3 - "$W/keys.txt" <<'PY'
+import re, sys
+blocks = open(sys.argv[1]).read().split("Private Key Object")[1:]
+found = {}
+for b in blocks:
+    label = re.search(r"label:\s*(.*)", b).group(1).strip()
+    access = re.search(r"Access:\s*(.*)", b).group(1)
+    flags = [f.strip() for f in access.split(",")]
+    sensitive = "sensitive" in flags
+    extractable = "extractable" in flags
+    print(f"    {label}: {b.splitlines()[0].strip()} access: {access.strip()}")
+    found[label] = sensitive and not extractable
+ok = len(found) == 2 and all(found.values())
+sys.exit(0 if ok else 1)
+PY
+}
+check "imported keys: CKA_SENSITIVE=TRUE, CKA_EXTRACTABLE=FALSE (pkcs11-tool)" keys_ok
+
+# --- curl over TLS 1.3 and 1.2 ---------------------------------------------------------------
+curl_ok() { # PORT CAFILE [curl options]: the page comes back over the expected version
+    local port=$1 ca=$2; shift 2
+    local out
+    out=$(curl -sS --max-time 10 --cacert "$ca" --resolve "localhost:$port:127.0.0.1" \
+        -w '\n%{http_code}' "$@" "https://localhost:$port/" 2>&1)
+    [[ $out == *"hello through opencf-tlsproxy"*$'\n'200 ]] || { echo "    curl: $out"; return 1; }
+}
+check "curl TLS 1.3, RSA-2048 key in the token" curl_ok "$P_RSA" "$W/rsa.crt" --tlsv1.3
+check "curl TLS 1.2 (--tls-max 1.2), RSA-2048" curl_ok "$P_RSA" "$W/rsa.crt" --tls-max 1.2
+check "curl TLS 1.3, ECDSA P-256 key in the token" curl_ok "$P_EC" "$W/ec.crt" --tlsv1.3
+check "curl TLS 1.2 (--tls-max 1.2), ECDSA P-256" curl_ok "$P_EC" "$W/ec.crt" --tls-max 1.2
+
+s_client() { # PORT [options]: one connection, stdin closed after a short pause
+    local port=$1; shift
+    (sleep 0.5; echo) | timeout 10 openssl s_client -connect "127.0.0.1:$port" -servername localhost "$@" 2>&1
+}
+pkcs1_ok() {
+    local out; out=$(s_client "$P_RSA" -tls1_2 -sigalgs RSA+SHA256 -CAfile "$W/rsa.crt")
+    grep -q "Peer signature type: RSA$" <<<"$out" && grep -q "Verify return code: 0" <<<"$out"
+}
+check "TLS 1.2 with an RSA PKCS#1 v1.5 signature (CKM_SHA256_RSA_PKCS)" pkcs1_ok
+
+# --- resumption --------------------------------------------------------------------------------
+resumed() { # PORT: first connection saves the session, the second shows Reused
+    local port=$1; shift
+    rm -f "$W/sess"
+    s_client "$port" "$@" -sess_out "$W/sess" | grep -q "^New," || return 1
+    local out; out=$(s_client "$port" "$@" -sess_in "$W/sess")
+    grep -q "^Reused," <<<"$out" || { grep -E "^(New|Reused)" <<<"$out" | sed 's/^/    /'; return 1; }
+}
+check "resumption by session ID (TLS 1.2, -no_ticket): Reused" resumed "$P_RSA" -tls1_2 -no_ticket
+check "resumption by ticket (TLS 1.3): Reused" resumed "$P_EC" -tls1_3
+check "resumption by ticket (TLS 1.2): Reused" resumed "$P_EC" -tls1_2
+
+# --- fallback ----------------------------------------------------------------------------------
+fallback_ok() {
+    local out; out=$(s_client "$P_RSA" -tls1_2 -cipher AES128-SHA)
+    grep -E "^subject=|Cipher is" <<<"$out" | sed 's/^/    /'
+    grep -q "^subject=CN *= *fallback-server" <<<"$out" && grep -q "Cipher is AES128-SHA" <<<"$out"
+}
+check "AES128-SHA-only ClientHello completes with the fallback server (its certificate)" fallback_ok
+proxy_cert_ok() { s_client "$P_RSA" -tls1_2 | grep -q "^subject=CN *= *localhost"; }
+check "a ClientHello it can serve still gets the proxy's certificate" proxy_cert_ok
+
+# --- tlsproxycfg: pkcs11 format, reload keeps connections, list, delete ------------------------
+create_p11() {
+    "${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$HTTP" \
+        --versions 1.3 127.0.0.1 "$P_P11" > "$W/create3.log" 2>&1 && wait_port "$P_P11"
+}
+hold_ok() { python3 "$HERE/robust.py" hold "$P_RSA" "$W/rsa.crt" bash -c "$(declare -f create_p11 wait_port port_free); CFG=(${CFG[*]@Q}); W=$W HTTP=$HTTP P_P11=$P_P11; create_p11"; }
+check "create -f pkcs11 -T -C (token key and certificate) while a connection is open: it survives the reload" hold_ok
+check "curl through the pkcs11-format instance (TLS 1.3)" curl_ok "$P_P11" "$W/ec.crt"
+list_ok() {
+    local out; out=$("${CFG[@]}" list)
+    sed 's/^/    /' <<<"$out"
+    [ "$(grep -c "^127.0.0.1-" <<<"$out")" = 3 ] && grep -q "daemon: running" <<<"$out"
+}
+check "tlsproxycfg list: three instances, daemon running" list_ok
+delete_ok() { "${CFG[@]}" delete 127.0.0.1 "$P_P11" >/dev/null && wait_port "$P_P11" down && curl_ok "$P_RSA" "$W/rsa.crt"; }
+check "tlsproxycfg delete: its port closes, the others keep serving" delete_ok
+
+# --- robustness ---------------------------------------------------------------------------------
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_ECHO" \
+    --handshake-timeout 2 127.0.0.1 "$P_ROB" > "$W/create4.log" 2>&1
+wait_port "$P_ROB" || fail "robustness instance did not start"
+check "malformed, truncated, random and mutated first flights: all closed, then a good handshake" \
+    python3 "$HERE/robust.py" fuzz "$P_ROB" "$W/ec.crt"
+check "a client stalled mid-handshake is dropped after the 2 s handshake timeout" \
+    python3 "$HERE/robust.py" stall "$P_ROB" 2
+check "$IDLE_CONNS concurrent idle TLS connections, all still relaying" \
+    python3 "$HERE/robust.py" idle "$P_ROB" "$P_ECHO" "$IDLE_CONNS" "$W/ec.crt" "$(cat "$W/tlsproxy.pid")"
+alive_ok() { kill -0 "$(cat "$W/tlsproxy.pid")" && curl_ok "$P_RSA" "$W/rsa.crt"; }
+check "the daemon is alive and serving after the robustness runs" alive_ok
+
+# --- counters ---------------------------------------------------------------------------------
+stat_ok() {
+    "$REL/cryptoadm" stat --json > "$W/stat.json" || return 1
+    python3 - "$W/stat.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = {x["name"]: x["value"] for x in d["counters"] if x["component"] == "tlsproxy"}
+m = {}
+for x in d["mechanisms"]:
+    if x["provider"] == "softtoken":
+        m[x["mechanism"]] = m.get(x["mechanism"], 0) + x["ops"]
+print("    tlsproxy:", ", ".join(f"{k}={v}" for k, v in sorted(c.items())))
+print("    softtoken signatures:", ", ".join(f"{k}={v}" for k, v in sorted(m.items())))
+ok = (c.get("handshakes_full", 0) >= 10 and c.get("handshakes_resumed", 0) >= 3
+      and c.get("fallbacks", 0) >= 1 and c.get("malformed", 0) >= 1
+      and c.get("handshake_timeouts", 0) >= 1 and c.get("bytes_in", 0) > 0 and c.get("bytes_out", 0) > 0
+      and m.get("CKM_ECDSA", 0) >= 4 and m.get("CKM_SHA256_RSA_PKCS_PSS", 0) + m.get("CKM_RSA_PKCS_PSS", 0) >= 2
+      and m.get("CKM_SHA256_RSA_PKCS", 0) >= 1)
+sys.exit(0 if ok else 1)
+PY
+}
+check "cryptoadm stat --json: proxy handshake counters and softtoken signatures" stat_ok
+
+stop_ok() { "${CFG[@]}" stop >/dev/null && wait_port "$P_RSA" down && [ ! -e "$W/tlsproxy.pid" ]; }
+check "tlsproxycfg stop: daemon gone, pid file removed" stop_ok
+
+echo "tlsproxy: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]

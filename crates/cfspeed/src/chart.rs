@@ -107,6 +107,12 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
     };
     let height = 30.0 + mechs.len() as f64 * LINE_HEIGHT + bar_height;
 
+    // A long command line would run off the page.
+    let title: String = if title.chars().count() > 140 {
+        title.chars().take(139).chain(['…']).collect()
+    } else {
+        title.to_string()
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -115,7 +121,7 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
 <rect width="100%" height="100%" fill="white"/>
 <text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
         WIDTH / 2.0,
-        esc(title)
+        esc(&title)
     );
     let mut y0 = 30.0;
     for mech in &mechs {
@@ -195,9 +201,11 @@ fn line_panel(
     let mut v = 0.0;
     while v <= ymax + step * 0.01 {
         let yy = y(v);
+        // The grid line at 0 would hide the axis.
+        let grid = if v > 0.0 { "#ddd" } else { "black" };
         let _ = writeln!(
             out,
-            r##"<line x1="{}" y1="{yy}" x2="{px1}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+            r##"<line x1="{}" y1="{yy}" x2="{px1}" y2="{yy}" stroke="{grid}"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
             px0,
             px0 - 6.0,
             yy + 4.0,
@@ -279,9 +287,10 @@ fn bar_panel(out: &mut String, rows: &[&Row], y0: f64, color: &dyn Fn(&str) -> &
     let mut v = 0.0;
     while v <= xmax + step * 0.01 {
         let xx = x(v);
+        let grid = if v > 0.0 { "#ddd" } else { "black" };
         let _ = writeln!(
             out,
-            r##"<line x1="{xx}" y1="{py0}" x2="{xx}" y2="{py1}" stroke="#ddd"/><text x="{xx}" y="{}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{xx}" y1="{py0}" x2="{xx}" y2="{py1}" stroke="{grid}"/><text x="{xx}" y="{}" text-anchor="middle">{}</text>"##,
             py1 + 18.0,
             number(v)
         );

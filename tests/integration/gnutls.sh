@@ -4,7 +4,7 @@
 # EC and RSA keys in the metaslot, lists them and test-signs; certtool makes a self-signed
 # certificate with a pkcs11: URI key (openssl verifies it) and p11tool stores it in the token;
 # gnutls-cli authenticates with that certificate and token key to an openssl s_server on
-# 127.0.0.1. cryptoadm stat shows the softtoken signed. The PIN comes from GNUTLS_PIN.
+# 127.0.0.1. cryptoadm stat shows OpenCF signed. The PIN comes from GNUTLS_PIN.
 set -uo pipefail
 
 # shellcheck source=lib.sh
@@ -41,8 +41,8 @@ check_out "p11tool --test-sign with the RSA key" 'Verifying against public key i
     "${P11TOOL[@]}" --login --test-sign "$RSA_URI"
 check_out "p11tool --test-sign with the EC key" 'Verifying against public key in the token\.\.\. ok' \
     "${P11TOOL[@]}" --login --test-sign "$EC_URI"
-check_stat "cryptoadm stat: the softtoken made the RSA test signature" softtoken 'CKM_RSA_PKCS'
-check_stat "cryptoadm stat: the softtoken made the ECDSA test signature" softtoken 'CKM_ECDSA'
+check_stat "cryptoadm stat: OpenCF made the RSA test signature" 'CKM_RSA_PKCS'
+check_stat "cryptoadm stat: OpenCF made the ECDSA test signature" 'CKM_ECDSA'
 
 cat >"$WORK/cert.tmpl" <<EOF
 cn = localhost
@@ -58,7 +58,7 @@ check "certtool --generate-self-signed with the pkcs11: URI key" \
     certtool --provider "$LIB" --generate-self-signed --load-privkey "$EC_URI" --template "$WORK/cert.tmpl" \
     --outfile "$WORK/cert.pem"
 check_out "openssl verifies the GnuTLS certificate" ': OK' openssl verify -CAfile "$WORK/cert.pem" "$WORK/cert.pem"
-check_stat "cryptoadm stat: the softtoken signed the certificate" softtoken 'CKM_ECDSA'
+check_stat "cryptoadm stat: OpenCF signed the certificate" 'CKM_ECDSA'
 check "p11tool --write stores the certificate beside its key" \
     "${P11TOOL[@]}" --login --write --load-certificate "$WORK/cert.pem" --label gnutls-ec --id 71 "$TOKEN_URI"
 check_out "p11tool --list-all-certs shows it" 'object=gnutls-ec;type=cert' \
@@ -79,6 +79,6 @@ client_auth() {
 }
 stat_reset
 check_out "gnutls-cli authenticates to s_server with the token key" 'HTTP/1.0 200' client_auth
-check_stat "cryptoadm stat: the softtoken signed the client's CertificateVerify" softtoken 'CKM_ECDSA'
+check_stat "cryptoadm stat: OpenCF signed the client's CertificateVerify" 'CKM_ECDSA'
 
 finish

@@ -5,7 +5,7 @@
 # here, uses KeyStore "PKCS11" (aliases, certificates), KeyPairGenerator RSA and EC,
 # Signature SHA256withRSA, SHA256withECDSA and RSASSA-PSS, Cipher AES/GCM/NoPadding and
 # RSA/ECB/OAEPPadding, Mac HmacSHA256 and a JSSE TLS server on 127.0.0.1 whose key is in the
-# token, each checked with Java's software providers; cryptoadm stat shows the softtoken did
+# token, each checked with Java's software providers; cryptoadm stat shows OpenCF did
 # the work.
 set -uo pipefail
 
@@ -66,11 +66,11 @@ if [ "$rc" -ne 0 ] && [ "$java_failed" -eq 0 ]; then
     fail "the Java program ran to its end (exit $rc)" "$WORK/java.log"
 fi
 
-check_stat "cryptoadm stat: the softtoken made the SHA256withRSA signature" softtoken 'CKM_SHA256_RSA_PKCS'
-check_stat "cryptoadm stat: the softtoken made the ECDSA signature" softtoken 'CKM_ECDSA(_SHA256)?'
-check_stat "cryptoadm stat: the softtoken made the PSS signatures" softtoken '(CKM_RSA_PKCS_PSS|CKM_SHA256_RSA_PKCS_PSS)'
-check_stat "cryptoadm stat: the softtoken ran AES-GCM" softtoken 'CKM_AES_GCM' 2
-check_stat "cryptoadm stat: the softtoken ran HMAC-SHA256" softtoken 'CKM_SHA256_HMAC'
-check_stat "cryptoadm stat: the softtoken decrypted RSA" softtoken 'CKM_RSA_PKCS(_OAEP)?'
+check_stat "cryptoadm stat: OpenCF made the SHA256withRSA signature" 'CKM_SHA256_RSA_PKCS'
+check_stat "cryptoadm stat: OpenCF made the ECDSA signature" 'CKM_ECDSA(_SHA256)?'
+check_stat "cryptoadm stat: OpenCF made the PSS signatures" '(CKM_RSA_PKCS_PSS|CKM_SHA256_RSA_PKCS_PSS)'
+check_stat "cryptoadm stat: OpenCF ran AES-GCM" 'CKM_AES_GCM' 2
+check_stat "cryptoadm stat: OpenCF ran HMAC-SHA256" 'CKM_SHA256_HMAC'
+check_stat "cryptoadm stat: OpenCF decrypted RSA" 'CKM_RSA_PKCS(_OAEP)?'
 
 finish

@@ -6,7 +6,7 @@
 # nginx runs in the foreground with a temporary prefix, first as one process
 # (master_process off), then as master and worker (the worker signs after fork). curl
 # --cacert fetches the page over TLS 1.3 and 1.2; cryptoadm stat shows the handshake signatures
-# on the softtoken.
+# counted by OpenCF.
 set -uo pipefail
 
 # shellcheck source=lib.sh
@@ -122,7 +122,7 @@ serve_and_fetch() { # master_process on|off, description
         --tlsv1.2 --tls-max 1.2
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    check_stat "cryptoadm stat: the softtoken signed both handshakes ($2)" softtoken 'CKM_ECDSA' 2
+    check_stat "cryptoadm stat: OpenCF signed both handshakes ($2)" 'CKM_ECDSA' 2
     if grep -E '\[(crit|alert|emerg)\]' "$WORK/logs/error.log" >"$WORK/last.log"; then
         fail "nginx error log is clean ($2)" "$WORK/last.log"
     fi

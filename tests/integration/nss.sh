@@ -5,7 +5,7 @@
 # certutil lists them (-L, -K) and makes an EC key and a self-signed certificate there (-S);
 # vfychain validates the stored certificate; tstclnt authenticates to an openssl s_server on
 # 127.0.0.1 with the client certificate and token key; cmsutil signs with the token key and
-# openssl cms verifies. cryptoadm stat shows the softtoken signed.
+# openssl cms verifies. cryptoadm stat shows OpenCF signed.
 #
 # NSS looks up certificates on a login-required token only after logging in: name the token
 # (-h "OpenCF Metaslot") and give the PIN (-f file) to certutil.
@@ -72,7 +72,7 @@ check "certutil -S: EC key pair and self-signed certificate made in the token" \
     -z "$WORK/noise"
 check_out "certutil -K lists the generated EC key" '> ec +[0-9a-f]+ +OpenCF Metaslot:nssgen' \
     certutil -K "${NSS_LOGIN[@]}"
-check_stat "cryptoadm stat: the softtoken signed the NSS certificate" softtoken 'CKM_ECDSA'
+check_stat "cryptoadm stat: OpenCF signed the NSS certificate" 'CKM_ECDSA'
 
 # tstclnt's client certificate and key are in the token; the server demands and verifies them.
 # tstclnt sends the request from a file (-A; with the request on stdin it never exits).
@@ -89,7 +89,7 @@ tls_client_auth() { # protocol range
 stat_reset
 check_out "tstclnt authenticates with the token key over TLS 1.3" 'HTTP/1.0 200' tls_client_auth tls1.3:tls1.3
 check_out "tstclnt authenticates with the token key over TLS 1.2" 'HTTP/1.0 200' tls_client_auth tls1.2:tls1.2
-check_stat "cryptoadm stat: the softtoken signed both CertificateVerify messages" softtoken 'CKM_RSA_PKCS(_PSS)?' 2
+check_stat "cryptoadm stat: OpenCF signed both CertificateVerify messages" 'CKM_RSA_PKCS(_PSS)?' 2
 
 head -c 2000 /dev/urandom >"$WORK/data"
 cms_sign_verify() {
@@ -100,6 +100,6 @@ cms_sign_verify() {
 }
 stat_reset
 check_out "cmsutil -S signs with the token key, openssl cms verifies" 'Verification successful' cms_sign_verify
-check_stat "cryptoadm stat: the softtoken made the CMS signature" softtoken 'CKM_RSA_PKCS'
+check_stat "cryptoadm stat: OpenCF made the CMS signature" 'CKM_RSA_PKCS'
 
 finish

@@ -7,7 +7,7 @@
 #     authenticating with the EC key in the token, and
 #   - `ssh -o BatchMode=yes` through an ssh-agent that holds the token (`ssh-add -s`),
 #     authenticating with the RSA key in the token,
-# each running `echo ok`; cryptoadm stat shows the softtoken signed.
+# each running `echo ok`; cryptoadm stat shows OpenCF signed.
 #
 # ssh reads the PIN of a PKCS#11 key only when it may prompt: with BatchMode=yes it gives up
 # ("pin required"), so BatchMode=yes goes through ssh-agent, which asked for the PIN at ssh-add.
@@ -83,7 +83,7 @@ SSH_OPTS=(-F /dev/null -p "$PORT" -o UserKnownHostsFile="$WORK/known_hosts" -o S
 stat_reset
 check_out "ssh -I libopencf.so logs in with the token's EC key and runs echo ok" '^ok$' \
     ssh "${SSH_OPTS[@]}" -o IdentityAgent=none -I "$LIB" "$USER_NAME@127.0.0.1" echo ok </dev/null
-check_stat "cryptoadm stat: the softtoken made the ECDSA signature for ssh" softtoken 'CKM_ECDSA'
+check_stat "cryptoadm stat: OpenCF made the ECDSA signature for ssh" 'CKM_ECDSA'
 check_out "sshd accepted the ECDSA key" 'Accepted publickey for .* ECDSA' cat "$WORK/sshd.log"
 
 # ssh-agent only loads PKCS#11 modules on its allow list (-P).
@@ -97,7 +97,7 @@ check_out "ssh-add -s loads the token into ssh-agent (PIN from SSH_ASKPASS)" 'Ca
 check_out "ssh-add -l lists the token's keys" 'ssh-rsa \(RSA\)' env SSH_AUTH_SOCK="$AGENT_SOCK" ssh-add -l
 check_out "ssh -o BatchMode=yes logs in through the agent with the token's RSA key" '^ok$' \
     ssh "${SSH_OPTS[@]}" -o BatchMode=yes -o IdentityAgent="$AGENT_SOCK" "$USER_NAME@127.0.0.1" echo ok </dev/null
-check_stat "cryptoadm stat: the softtoken made the RSA signature for ssh" softtoken 'CKM_RSA_PKCS|CKM_SHA(256|512)_RSA_PKCS'
+check_stat "cryptoadm stat: OpenCF made the RSA signature for ssh" 'CKM_RSA_PKCS|CKM_SHA(256|512)_RSA_PKCS'
 check_out "sshd accepted the RSA key" 'Accepted publickey for .* RSA' cat "$WORK/sshd.log"
 
 finish

@@ -5,7 +5,7 @@
 # Keys made through slot 0 ("OpenCF Metaslot") sign a self-signed certificate (openssl req),
 # serve TLS 1.3 and TLS 1.2 from openssl s_server on 127.0.0.1 to a verifying s_client, sign
 # with pkeyutl (PKCS#1 v1.5, PSS, ECDSA) and decrypt RSA-OAEP; openssl's software
-# verifies each result and cryptoadm stat shows that the softtoken did the private-key work.
+# verifies each result and cryptoadm stat shows that OpenCF did the private-key work.
 set -uo pipefail
 
 # shellcheck source=lib.sh
@@ -39,8 +39,8 @@ check "openssl req -x509 with the EC token key (PIN with -passin)" \
     openssl req -new -x509 "${ENG[@]}" -key "$EC_URI" -passin "pass:$PIN" -subj /CN=localhost -days 2 \
     -out "$WORK/ec.pem"
 check_out "the EC certificate verifies" ': OK' openssl verify -CAfile "$WORK/ec.pem" "$WORK/ec.pem"
-check_stat "cryptoadm stat: the softtoken signed the RSA certificate" softtoken 'CKM_RSA_PKCS'
-check_stat "cryptoadm stat: the softtoken signed the EC certificate" softtoken 'CKM_ECDSA'
+check_stat "cryptoadm stat: OpenCF signed the RSA certificate" 'CKM_RSA_PKCS'
+check_stat "cryptoadm stat: OpenCF signed the EC certificate" 'CKM_ECDSA'
 
 PORT="$(free_port)"
 SERVER_TIMEOUT=60 bg s_server openssl s_server "${ENG[@]}" -key "$RSA_URI;pin-value=$PIN" -cert "$WORK/rsa.pem" \
@@ -55,7 +55,7 @@ if wait_port "$PORT" 20; then
         'HTTP/1.0 200' https_get -tls1_3
     check_out "s_client verifies s_server over TLS 1.2 (ECDHE-RSA)" 'HTTP/1.0 200' https_get -tls1_2 \
         -cipher ECDHE-RSA-AES128-GCM-SHA256
-    check_stat "cryptoadm stat: the softtoken signed the handshakes (RSA-PSS)" softtoken 'CKM_RSA_PKCS_PSS' 2
+    check_stat "cryptoadm stat: OpenCF signed the handshakes (RSA-PSS)" 'CKM_RSA_PKCS_PSS' 2
 else
     fail "openssl s_server listens on 127.0.0.1:$PORT" "$WORK/s_server.log"
 fi
@@ -89,10 +89,10 @@ oaep_decrypt() {
 }
 check_out "openssl dgst -sha256 -sign with the EC engine key" 'Verified OK' dgst_sign_verify
 check "pkeyutl -decrypt RSA-OAEP with the engine key" oaep_decrypt
-check_stat "cryptoadm stat: the softtoken made the PKCS#1 v1.5 signature" softtoken 'CKM_RSA_PKCS'
-check_stat "cryptoadm stat: the softtoken made the PSS signature" softtoken 'CKM_RSA_PKCS_PSS'
-check_stat "cryptoadm stat: the softtoken made the ECDSA signatures" softtoken 'CKM_ECDSA' 2
-check_stat "cryptoadm stat: the softtoken decrypted RSA-OAEP" softtoken 'CKM_RSA_PKCS_OAEP'
+check_stat "cryptoadm stat: OpenCF made the PKCS#1 v1.5 signature" 'CKM_RSA_PKCS'
+check_stat "cryptoadm stat: OpenCF made the PSS signature" 'CKM_RSA_PKCS_PSS'
+check_stat "cryptoadm stat: OpenCF made the ECDSA signatures" 'CKM_ECDSA' 2
+check_stat "cryptoadm stat: OpenCF decrypted RSA-OAEP" 'CKM_RSA_PKCS_OAEP'
 
 if apt-cache policy pkcs11-provider 2>/dev/null | grep -q 'Candidate: [0-9]'; then
     skip "pkcs11-provider variant" "not written yet; the package exists on this system"

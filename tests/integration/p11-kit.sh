@@ -3,7 +3,7 @@
 # p11-kit: OpenCF registered with a per-user module file (packaging/opencf.module.in, as
 # `make install-user` writes it) under a temporary XDG_CONFIG_HOME. `p11-kit list-modules`
 # shows it; pkcs11-tool through p11-kit-proxy.so finds the "OpenCF Metaslot" token, makes a
-# key there and signs with it; openssl verifies; cryptoadm stat shows the softtoken signed.
+# key there and signs with it; openssl verifies; cryptoadm stat shows OpenCF signed.
 #
 # p11-kit ignores per-user configuration in programs running as root, so as root the script
 # runs itself again as the unprivileged user nobody (with setpriv); nothing system-wide is
@@ -62,6 +62,6 @@ check "export the public key through the proxy" \
     "${PROXY_TOOL[@]}" --read-object --type pubkey --id a1 -o "$WORK/pub.der"
 check_out "openssl verifies the signature" 'Verified OK' \
     openssl dgst -sha256 -keyform DER -verify "$WORK/pub.der" -signature "$WORK/sig" "$WORK/data"
-check_stat "cryptoadm stat: the softtoken made the signature" softtoken 'CKM_ECDSA.*'
+check_stat "cryptoadm stat: OpenCF made the signature" 'CKM_ECDSA.*'
 
 finish

@@ -52,44 +52,45 @@ fn describe(rv: CK_RV) -> String {
 
 /// Loads and initializes every provider of `cfg`, in order. A provider that cannot be loaded
 /// or initialized fails the whole `C_Initialize` after a message naming it on stderr: the
-/// framework never silently runs with fewer providers than configured.
+/// framework never silently runs with fewer providers than configured. The one exception is
+/// the accelerator provider of the built-in default (no config file), which is only there
+/// because its module was found: if it cannot be used, a warning names it and the software
+/// token serves alone, as when the module is absent.
 pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
     let mut out: Vec<Prov> = Vec::new();
     for pc in &cfg.providers {
         let path = opencf_config::resolve_module(&pc.module, lib_dir);
-        let p = match Provider::load(&path) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("opencf: provider \"{}\" ({}): {e}", pc.name, path.display());
-                finalize_all(&out);
-                return Err(CKR_FUNCTION_FAILED);
-            }
-        };
-        if let Err(rv) = p.initialize_for_framework() {
-            eprintln!(
-                "opencf: provider \"{}\" ({}): C_Initialize failed: {}",
-                pc.name,
-                path.display(),
-                describe(rv)
-            );
-            finalize_all(&out);
-            return Err(CKR_FUNCTION_FAILED);
-        }
-        match probe(pc.clone(), p) {
+        match load_one(pc, &path) {
             Ok(prov) => out.push(prov),
-            Err(rv) => {
+            Err(why) => {
+                let optional = matches!(cfg.source, opencf_config::Source::BuiltIn)
+                    && pc.module == opencf_config::ACCEL_MODULE;
                 eprintln!(
-                    "opencf: provider \"{}\" ({}): cannot list its slots: {}",
+                    "opencf: provider \"{}\" ({}): {why}{}",
                     pc.name,
                     path.display(),
-                    describe(rv)
+                    if optional {
+                        " (built-in default: skipped)"
+                    } else {
+                        ""
+                    }
                 );
-                finalize_all(&out);
-                return Err(CKR_FUNCTION_FAILED);
+                if !optional {
+                    finalize_all(&out);
+                    return Err(CKR_FUNCTION_FAILED);
+                }
             }
         }
     }
     Ok(out)
+}
+
+/// Loads, initializes and probes one provider; the error says what failed.
+fn load_one(pc: &ProviderConfig, path: &Path) -> Result<Prov, String> {
+    let p = Provider::load(path).map_err(|e| e.to_string())?;
+    p.initialize_for_framework()
+        .map_err(|rv| format!("C_Initialize failed: {}", describe(rv)))?;
+    probe(pc.clone(), p).map_err(|rv| format!("cannot list its slots: {}", describe(rv)))
 }
 
 /// Finalizes every provider (errors ignored: there is nothing left to do about them).

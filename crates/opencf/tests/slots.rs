@@ -76,10 +76,16 @@ fn slots_child() {
 
 /// Runs [`slots_child`] in a new process over `conf` and returns slot ID → "label | slot".
 fn slots_in_child(conf: &Path, keystore: &Path) -> BTreeMap<u64, String> {
-    let out = Command::new(std::env::current_exe().unwrap())
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env("OPENCF_CONF", conf);
+    slots_in_child_with(cmd, keystore)
+}
+
+/// [`slots_in_child`] with the configuration environment already set on `cmd`.
+fn slots_in_child_with(mut cmd: Command, keystore: &Path) -> BTreeMap<u64, String> {
+    let out = cmd
         .args(["--exact", "slots_child", "--nocapture", "--test-threads=1"])
         .env("OPENCF_SLOTS_CHILD", "1")
-        .env("OPENCF_CONF", conf)
         .env("OPENCF_SOFTTOKEN_DIR", keystore)
         .env("OPENCF_FAULTY_INNER", release("libopencf_softtoken.so"))
         .env_remove("OPENCF_FAULTY_MODE")
@@ -160,5 +166,58 @@ fn slot_ids_are_stable_across_processes_and_appends() {
         third.len(),
         first.len() + added.len(),
         "{first:?} → {third:?}"
+    );
+}
+
+/// With no configuration file, an accelerator module beside libopencf.so that is not a usable
+/// PKCS#11 module is skipped with a warning (the built-in default names it only because it
+/// was found); the software token serves alone. A configuration that names the same module
+/// fails `C_Initialize` instead.
+#[test]
+fn broken_accelerator_of_the_default_is_skipped() {
+    if Path::new("/etc/opencf/opencf.toml").exists() {
+        eprintln!("skipped: /etc/opencf/opencf.toml exists (this test needs the built-in default)");
+        return;
+    }
+    let dir = fresh_dir("broken-accel");
+    let ks = dir.join("softtoken");
+    let lib = dir.join("lib");
+    std::fs::create_dir_all(&ks).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::copy(
+        release("libopencf_softtoken.so"),
+        lib.join("libopencf_softtoken.so"),
+    )
+    .unwrap();
+    std::fs::write(lib.join("libopencf_accel.so"), b"not a shared object\n").unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env("OPENCF_LIB_DIR", &lib)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env_remove("OPENCF_CONF");
+    let slots = slots_in_child_with(cmd, &ks);
+    assert!(slots[&0].starts_with("OpenCF Metaslot"), "{slots:?}");
+    assert!(slots[&1].starts_with("OpenCF Softtoken"), "{slots:?}");
+    assert_eq!(slots.len(), 3, "metaslot, softtoken, spare slot: {slots:?}");
+
+    // Named in a file, the same module is an error.
+    let conf = dir.join("opencf.toml");
+    std::fs::write(
+        &conf,
+        provider("accel", &lib.join("libopencf_accel.so"))
+            + &provider("softtoken", &lib.join("libopencf_softtoken.so")),
+    )
+    .unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "slots_child", "--nocapture", "--test-threads=1"])
+        .env("OPENCF_SLOTS_CHILD", "1")
+        .env("OPENCF_CONF", &conf)
+        .env("OPENCF_SOFTTOKEN_DIR", &ks)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "C_Initialize must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("provider \"accel\""),
+        "message names the provider: {err}"
     );
 }

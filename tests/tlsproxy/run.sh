@@ -204,12 +204,37 @@ check "a client stalled mid-handshake is dropped after the 2 s handshake timeout
     python3 "$HERE/robust.py" stall "$P_ROB" 2
 check "$IDLE_CONNS concurrent idle TLS connections, all still relaying" \
     python3 "$HERE/robust.py" idle "$P_ROB" "$P_ECHO" "$IDLE_CONNS" "$W/ec.crt" "$(cat "$W/tlsproxy.pid")"
+# A second certificate by SNI on the robustness instance (the last one in the file), added by
+# editing the file and sending SIGHUP: the RSA key answers for rsa.test, the EC key otherwise.
+sni_ok() {
+    cat >> "$CONF" <<TOML
+
+[[instance.sni]]
+names = ["rsa.test", "*.rsa.test"]
+cert_file = "$W/tlsproxy.d/127.0.0.1-$P_RSA.pem"
+key_uri = "pkcs11:token=OpenCF%20Metaslot;object=tlsproxy-127.0.0.1-$P_RSA;type=private"
+TOML
+    kill -HUP "$(cat "$W/tlsproxy.pid")" || return 1
+    local i out
+    for i in $(seq 50); do
+        out=$(s_client "$P_ROB" -servername www.rsa.test -tls1_3)
+        grep -q "Peer signature type: RSA-PSS" <<<"$out" && break
+        sleep 0.1
+    done
+    grep -q "Peer signature type: RSA-PSS" <<<"$out" || return 1
+    out=$(s_client "$P_ROB" -servername other.test -tls1_3)
+    grep -q "Peer signature type: ECDSA" <<<"$out" || return 1
+    out=$(s_client "$P_ROB" -servername rsa.test -tls1_3)
+    grep -q "Peer signature type: RSA-PSS" <<<"$out"
+}
+check "SNI: a second certificate added by editing the file and SIGHUP, chosen by name (with a wildcard)" sni_ok
 alive_ok() { kill -0 "$(cat "$W/tlsproxy.pid")" && curl_ok "$P_RSA" "$W/rsa.crt"; }
 check "the daemon is alive and serving after the robustness runs" alive_ok
 
 # --- counters ---------------------------------------------------------------------------------
 stat_ok() {
     "$REL/cryptoadm" stat --json > "$W/stat.json" || return 1
+    "$REL/cryptoadm" stat | sed 's/^/    /'
     python3 - "$W/stat.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -6,10 +6,13 @@
 # Then the framework, libopencf.so, with no configuration at all: the metaslot
 # (slot 0) over the same keystore, `cryptoadm list -v`, a key pair generated
 # and used through slot 0, and how to point an application at libopencf.so.
+# It ends with a short cfspeed run on the metaslot beside native OpenSSL and the
+# `cryptoadm stat` table of the work it routed.
 #
 # Environment: MODULE (default target/release/libopencf_softtoken.so),
 #              FRAMEWORK (default target/release/libopencf.so),
 #              CRYPTOADM (default target/release/cryptoadm),
+#              CFSPEED (default target/release/cfspeed),
 #              KEEP_WORKDIR=1 keeps the temporary keystore and files.
 set -euo pipefail
 
@@ -17,6 +20,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODULE="${MODULE:-$ROOT/target/release/libopencf_softtoken.so}"
 FRAMEWORK="${FRAMEWORK:-$ROOT/target/release/libopencf.so}"
 CRYPTOADM="${CRYPTOADM:-$ROOT/target/release/cryptoadm}"
+CFSPEED="${CFSPEED:-$ROOT/target/release/cfspeed}"
 TOKEN_LABEL="OpenCF Softtoken"
 DEFAULT_PIN="changeme"
 NEW_PIN="demo-pin-2468"
@@ -178,6 +182,16 @@ show openssl dgst -sha256 -verify "$WORK/meta.pub.pem" -signature "$WORK/meta.si
 ok "RSA-2048 key pair generated through slot 0; its signature verifies with openssl"
 note "The key lives in the keystore token: it is also listed on the softtoken's own slot."
 show p11 "${LOGIN[@]}" --list-objects --type privkey | grep -E 'label|ID'
+
+heading "cfspeed on the metaslot beside native OpenSSL, and the counters it left"
+note "cfspeed with no argument: a short representative set on slot 0 of libopencf.so, each"
+note "row beside the same operation through OpenSSL EVP in this process (about 20 s)."
+export OPENCF_STAT_DIR="$WORK/stat"
+show "$CFSPEED" --module "$FRAMEWORK" || die "cfspeed failed"
+note "cryptoadm stat: per provider and mechanism, what the metaslot routed (this demo's processes)"
+show "$CRYPTOADM" stat
+"$CRYPTOADM" stat --json | grep -q '"ops"' || die "cryptoadm stat shows no operations"
+ok "cryptoadm stat counted the work the metaslot sent to each provider"
 
 heading "Done"
 ok "token created, PIN changed, RSA and EC keys generated, signatures verified"

@@ -131,6 +131,22 @@ check_stat() { # name, mech_regex, [minimum ops, default 1]
     fi
 }
 
+# Runs a program that prints its own PASS/FAIL/SKIP lines (a Java, Python, Go or Node.js
+# check program) under a time limit, shows those lines and adds them to the counts; a program
+# that fails without a FAIL line counts as one failure.
+run_program() { # name, command...
+    local name="$1" rc p f; shift
+    CHECK_TIMEOUT="${PROGRAM_TIMEOUT:-120}" run_limited "$@" >"$WORK/$name.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL|SKIP|    caused by)' "$WORK/$name.log"
+    p="$(grep -c '^PASS' "$WORK/$name.log")"
+    f="$(grep -c '^FAIL' "$WORK/$name.log")"
+    passed=$((passed + p)) failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        fail "$name ran to its end (exit $rc)" "$WORK/$name.log"
+    fi
+}
+
 stat_reset() { "$CRYPTOADM" stat --reset --dir "$OPENCF_STAT_DIR" >/dev/null 2>&1 || true; }
 
 P11TOOL_ARGS=(--module "$LIB" --slot 0)

@@ -23,8 +23,8 @@ pub struct Prov {
     pub label: Option<String>,
     /// Mechanisms of [`Prov::meta_slot`] that the policy allows.
     pub mechs: crate::UlongMap<CK_MECHANISM_TYPE, CK_MECHANISM_INFO>,
-    /// Its live counters (`cryptoadm stat`).
-    pub stats: &'static opencf_stat::ProviderStats,
+    /// Its live counters (`cryptoadm stat`); `None` when `OPENCF_STAT=off`.
+    pub stats: Option<&'static opencf_stat::ProviderStats>,
     /// A session the framework owns on [`Prov::meta_slot`], holding key clones (session objects
     /// are visible to every session of the process on that token). Opened on first use.
     pub internal: Mutex<Option<CK_SESSION_HANDLE>>,
@@ -44,6 +44,15 @@ impl Prov {
         *g = Some(h);
         Ok(h)
     }
+}
+
+/// Counting for `cryptoadm stat` is on unless `OPENCF_STAT` is `off` (or `0`, `false`), which
+/// removes it from the hot path altogether (to measure what it costs).
+fn stats_enabled() -> bool {
+    !matches!(
+        std::env::var("OPENCF_STAT").as_deref(),
+        Ok("off" | "0" | "false")
+    )
 }
 
 fn describe(rv: CK_RV) -> String {
@@ -129,7 +138,7 @@ fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
             }
         }
     }
-    let stats = opencf_stat::provider(&cfg.name);
+    let stats = stats_enabled().then(|| opencf_stat::provider(&cfg.name));
     Ok(Prov {
         cfg,
         p,

@@ -535,7 +535,11 @@ impl OpenCf {
             self.bind(&mut ms, kind, &mut op, 0, Some(len))?;
         }
         ms.calls = ms.calls.wrapping_add(1);
-        let timed = ms.calls.is_multiple_of(LATENCY_SAMPLE) && !query;
+        let timed = ms.calls.is_multiple_of(LATENCY_SAMPLE)
+            && !query
+            && op
+                .bound
+                .is_some_and(|b| self.providers[b.prov].stats.is_some());
         let r = loop {
             let b = op.bound.expect("bound");
             let t0 = timed.then(std::time::Instant::now);
@@ -603,7 +607,10 @@ impl OpenCf {
         bytes: u64,
         t0: Option<std::time::Instant>,
     ) {
-        let c = self.providers[prov].stats.mech(mech);
+        let Some(stats) = self.providers[prov].stats else {
+            return;
+        };
+        let c = stats.mech(mech);
         match r {
             Ok(()) | Err(CKR_SIGNATURE_INVALID | CKR_SIGNATURE_LEN_RANGE) => {
                 c.count(bytes);
@@ -618,7 +625,10 @@ impl OpenCf {
     /// Counts a recoverable error `e` of provider `prov` (`cryptoadm stat`): an error, busy if
     /// it said so (`CKR_DEVICE_MEMORY`), and a fallback if another candidate takes over.
     fn left(&self, prov: usize, mech: CK_MECHANISM_TYPE, e: CK_RV, fallback: bool) {
-        let c = self.providers[prov].stats.mech(mech);
+        let Some(stats) = self.providers[prov].stats else {
+            return;
+        };
+        let c = stats.mech(mech);
         if e == CKR_DEVICE_MEMORY {
             c.busy();
         } else {

@@ -40,7 +40,6 @@ APT_PACKAGES=(
     openssh-client
     openssh-server            # sshd, run on loopback by the test
     default-jdk-headless      # javac, SunPKCS11
-    golang-go                 # crypto11 (a newer go on PATH is used first)
     nodejs                    # pkcs11js; npm comes with it or from Debian's npm
     curl
 )

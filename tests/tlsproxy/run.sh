@@ -180,11 +180,17 @@ check "a ClientHello it can serve still gets the proxy's certificate" proxy_cert
 # --- tlsproxycfg: pkcs11 format, reload keeps connections, list, delete ------------------------
 create_p11() {
     "${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$HTTP" \
-        --versions 1.3 127.0.0.1 "$P_P11" > "$W/create3.log" 2>&1 && wait_port "$P_P11"
+        --versions 1.3 -F "$P_FB" --unknown-sni fallback 127.0.0.1 "$P_P11" > "$W/create3.log" 2>&1 \
+        && wait_port "$P_P11" || { sed 's/^/    /' "$W/create3.log"; return 1; }
 }
-hold_ok() { python3 "$HERE/robust.py" hold "$P_RSA" "$W/rsa.crt" bash -c "$(declare -f create_p11 wait_port port_free); CFG=(${CFG[*]@Q}); W=$W HTTP=$HTTP P_P11=$P_P11; create_p11"; }
+hold_ok() { python3 "$HERE/robust.py" hold "$P_RSA" "$W/rsa.crt" bash -c "$(declare -f create_p11 wait_port port_free); CFG=(${CFG[*]@Q}); W=$W HTTP=$HTTP P_P11=$P_P11 P_FB=$P_FB; create_p11"; }
 check "create -f pkcs11 -T -C (token key and certificate) while a connection is open: it survives the reload" hold_ok
 check "curl through the pkcs11-format instance (TLS 1.3)" curl_ok "$P_P11" "$W/ec.crt"
+unknown_sni_ok() {
+    s_client "$P_P11" -servername unknown.test | grep -q "^subject=CN *= *fallback-server" \
+        && s_client "$P_P11" | grep -q "^subject=CN *= *localhost"
+}
+check "unknown_sni = fallback: an unknown name goes to the fallback server, localhost does not" unknown_sni_ok
 list_ok() {
     local out; out=$("${CFG[@]}" list)
     sed 's/^/    /' <<<"$out"

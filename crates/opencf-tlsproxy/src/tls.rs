@@ -234,6 +234,32 @@ fn load_certs(
     Ok(vec![token.certificate(&u)?])
 }
 
+/// DNS names of a certificate: its subjectAltName DNS entries, else its subject CN; lower case.
+pub fn cert_names(der: &CertificateDer<'_>) -> Vec<String> {
+    let Ok(cert) = openssl::x509::X509::from_der(der) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = cert
+        .subject_alt_names()
+        .map(|sans| {
+            sans.iter()
+                .filter_map(|n| n.dnsname().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        names = cert
+            .subject_name()
+            .entries_by_nid(openssl::nid::Nid::COMMONNAME)
+            .filter_map(|e| e.data().as_utf8().ok().map(|s| s.to_string()))
+            .collect();
+    }
+    names
+        .iter()
+        .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
+        .collect()
+}
+
 /// One certificate and key with the names it serves.
 pub struct Site {
     pub names: Vec<String>,
@@ -310,6 +336,12 @@ impl InstanceTls {
             let key = TokenKey::open(module, key_uri, pin_file).map_err(ctx)?;
             let certs = load_certs(module, cert_file, cert_uri, pin_file).map_err(ctx)?;
             let kind = key.kind();
+            // The default certificate answers for the DNS names it carries.
+            let names = if names.is_empty() {
+                cert_names(&certs[0])
+            } else {
+                names
+            };
             let alg = if matches!(kind, KeyKind::Rsa { .. }) {
                 SignatureAlgorithm::RSA
             } else {
@@ -374,7 +406,12 @@ impl InstanceTls {
     pub fn decide(&self, hello: &Hello) -> Decision {
         let site = match hello.sni.as_deref() {
             None => &self.sites[0],
-            Some(name) => match self.sites[1..].iter().find(|s| s.matches(name)) {
+            // SNI entries first, then the names of the default certificate.
+            Some(name) => match self.sites[1..]
+                .iter()
+                .chain(&self.sites[..1])
+                .find(|s| s.matches(name))
+            {
                 Some(s) => s,
                 None => match self.unknown_sni {
                     UnknownSni::Default => &self.sites[0],

@@ -251,7 +251,7 @@ pub fn cert_names(der: &CertificateDer<'_>) -> Vec<String> {
         names = cert
             .subject_name()
             .entries_by_nid(openssl::nid::Nid::COMMONNAME)
-            .filter_map(|e| e.data().as_utf8().ok().map(|s| s.to_string()))
+            .map(|e| String::from_utf8_lossy(e.data().as_slice()).into_owned())
             .collect();
     }
     names

@@ -1,0 +1,210 @@
+//! Constant-time arithmetic on 64-bit limbs around the engine: RSA blinding and unblinding
+//! modulo `n`, the CRT recombination, and the check of the result with the public exponent.
+//!
+//! Loops run over the full limb count; selections use masks, never branches on values.
+
+use crate::engine::{neg_inv64, words};
+use openssl::bn::{BigNum, BigNumContext, BigNumRef};
+use openssl::error::ErrorStack;
+use zeroize::Zeroizing;
+
+/// All ones when `bit` is 1, zero when 0.
+#[inline(always)]
+fn mask(bit: u64) -> u64 {
+    bit.wrapping_neg()
+}
+
+/// `a − b` into `out` (equal lengths); returns the borrow (0 or 1).
+pub fn sub(a: &[u64], b: &[u64], out: &mut [u64]) -> u64 {
+    let mut borrow = 0u64;
+    for i in 0..a.len() {
+        let (d1, b1) = a[i].overflowing_sub(b[i]);
+        let (d2, b2) = d1.overflowing_sub(borrow);
+        out[i] = d2;
+        borrow = u64::from(b1) | u64::from(b2);
+    }
+    borrow
+}
+
+/// `a + b` into `out` (equal lengths); returns the carry.
+pub fn add(a: &[u64], b: &[u64], out: &mut [u64]) -> u64 {
+    let mut carry = 0u64;
+    for i in 0..a.len() {
+        let s = u128::from(a[i]) + u128::from(b[i]) + u128::from(carry);
+        out[i] = s as u64;
+        carry = (s >> 64) as u64;
+    }
+    carry
+}
+
+/// `out = if bit { b } else { a }`.
+pub fn select(bit: u64, a: &[u64], b: &[u64], out: &mut [u64]) {
+    let m = mask(bit);
+    for i in 0..out.len() {
+        out[i] = (a[i] & !m) | (b[i] & m);
+    }
+}
+
+/// Whether `a == b`, looking at every limb.
+pub fn equal(a: &[u64], b: &[u64]) -> bool {
+    let mut diff = 0u64;
+    for i in 0..a.len() {
+        diff |= a[i] ^ b[i];
+    }
+    diff == 0
+}
+
+/// `a·b` (schoolbook) into `out` of `a.len() + b.len()` limbs.
+pub fn mul(a: &[u64], b: &[u64], out: &mut [u64]) {
+    out.iter_mut().for_each(|x| *x = 0);
+    for i in 0..b.len() {
+        let mut carry = 0u64;
+        for j in 0..a.len() {
+            let t =
+                u128::from(a[j]) * u128::from(b[i]) + u128::from(out[i + j]) + u128::from(carry);
+            out[i + j] = t as u64;
+            carry = (t >> 64) as u64;
+        }
+        out[i + a.len()] = carry;
+    }
+}
+
+/// Montgomery arithmetic modulo an odd `m` of `n` 64-bit limbs, `R = 2^(64·n)`.
+pub struct Mont {
+    /// The modulus.
+    pub m: Vec<u64>,
+    m0: u64,
+    /// `R² mod m`.
+    rr: Vec<u64>,
+}
+
+impl Mont {
+    /// The context of `m` in `n` limbs.
+    pub fn new(m: &BigNumRef, n: usize) -> Result<Mont, ErrorStack> {
+        let mut ctx = BigNumContext::new()?;
+        let mut big = BigNum::new()?;
+        big.lshift(&*BigNum::from_u32(1)?, (128 * n) as i32)?;
+        let mut rr = BigNum::new()?;
+        rr.nnmod(&big, m, &mut ctx)?;
+        let mw = words(m, n)?;
+        Ok(Mont {
+            m0: neg_inv64(mw[0]),
+            m: mw.to_vec(),
+            rr: words(&rr, n)?.to_vec(),
+        })
+    }
+
+    /// Limbs.
+    pub fn limbs(&self) -> usize {
+        self.m.len()
+    }
+
+    /// `x·R mod m` of a `BigNum` below `m` (OpenSSL, for values computed once: blinding
+    /// factors, key constants).
+    pub fn to_mont_bn(&self, x: &BigNumRef) -> Result<Zeroizing<Vec<u64>>, ErrorStack> {
+        let w = words(x, self.limbs())?;
+        Ok(self.mul(&w, &self.rr))
+    }
+
+    /// `a·b·R⁻¹ mod m`, fully reduced, for `a, b < m` (CIOS).
+    #[allow(clippy::needless_range_loop)] // the limb loops are clearest with indices
+    pub fn mul(&self, a: &[u64], b: &[u64]) -> Zeroizing<Vec<u64>> {
+        let n = self.limbs();
+        let mut t = Zeroizing::new(vec![0u64; n + 2]);
+        for i in 0..n {
+            let mut c = 0u64;
+            for j in 0..n {
+                let s = u128::from(t[j]) + u128::from(a[j]) * u128::from(b[i]) + u128::from(c);
+                t[j] = s as u64;
+                c = (s >> 64) as u64;
+            }
+            let s = u128::from(t[n]) + u128::from(c);
+            t[n] = s as u64;
+            t[n + 1] = (s >> 64) as u64;
+            let y = t[0].wrapping_mul(self.m0);
+            let s = u128::from(t[0]) + u128::from(y) * u128::from(self.m[0]);
+            let mut c = (s >> 64) as u64;
+            for j in 1..n {
+                let s = u128::from(t[j]) + u128::from(y) * u128::from(self.m[j]) + u128::from(c);
+                t[j - 1] = s as u64;
+                c = (s >> 64) as u64;
+            }
+            let s = u128::from(t[n]) + u128::from(c);
+            t[n - 1] = s as u64;
+            t[n] = t[n + 1] + (s >> 64) as u64;
+        }
+        // t < 2m: subtract m once unless that borrows out of the top limb.
+        let mut d = Zeroizing::new(vec![0u64; n]);
+        let borrow = sub(&t[..n], &self.m, &mut d);
+        let (_, under) = t[n].overflowing_sub(borrow);
+        let mut out = Zeroizing::new(vec![0u64; n]);
+        select(u64::from(under), &d, &t[..n], &mut out);
+        out
+    }
+
+    /// `x·R mod m` for `x < m`.
+    pub fn to_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+        self.mul(x, &self.rr)
+    }
+
+    /// `x·R⁻¹ mod m`.
+    pub fn from_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+        let mut one = vec![0u64; self.limbs()];
+        one[0] = 1;
+        self.mul(x, &one)
+    }
+
+    /// `x^e mod m` for `x < m` and a public exponent `e` (big-endian bytes): the sequence of
+    /// operations depends on `e` only.
+    pub fn pow_public(&self, x: &[u64], e: &[u8]) -> Zeroizing<Vec<u64>> {
+        let xm = self.to_mont(x);
+        let mut acc = self.to_mont(&{
+            let mut one = vec![0u64; self.limbs()];
+            one[0] = 1;
+            one
+        });
+        for byte in e {
+            for bit in (0..8).rev() {
+                acc = self.mul(&acc, &acc);
+                if (byte >> bit) & 1 == 1 {
+                    acc = self.mul(&acc, &xm);
+                }
+            }
+        }
+        self.from_mont(&acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn montgomery_matches_openssl() {
+        let mut ctx = BigNumContext::new().unwrap();
+        for bits in [128, 1024, 2048] {
+            let mut m = BigNum::new().unwrap();
+            m.generate_prime(bits, false, None, None).unwrap();
+            let n = (bits as usize).div_ceil(64);
+            let mont = Mont::new(&m, n).unwrap();
+            for _ in 0..20 {
+                let mut a = BigNum::new().unwrap();
+                let mut b = BigNum::new().unwrap();
+                m.rand_range(&mut a).unwrap();
+                m.rand_range(&mut b).unwrap();
+                let aw = words(&a, n).unwrap();
+                let bw = words(&b, n).unwrap();
+                let got = mont.from_mont(&mont.mul(&mont.to_mont(&aw), &mont.to_mont(&bw)));
+                let mut want = BigNum::new().unwrap();
+                want.mod_mul(&a, &b, &m, &mut ctx).unwrap();
+                assert_eq!(&got[..], &words(&want, n).unwrap()[..]);
+                let e = [1u8, 0, 1];
+                let got = mont.pow_public(&aw, &e);
+                let mut want = BigNum::new().unwrap();
+                want.mod_exp(&a, &BigNum::from_u32(65537).unwrap(), &m, &mut ctx)
+                    .unwrap();
+                assert_eq!(&got[..], &words(&want, n).unwrap()[..]);
+            }
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! RSA engines: eight CRT half-exponentiations `c^d mod p` at once, constant-time in the
+//! base, the exponent and the modulus.
+//!
+//! * [`Kind::Ifma`]: AVX-512 IFMA (`ifma.rs`), chosen at run time when the CPU has
+//!   `avx512f` and `avx512ifma` and `$OPENCF_ACCEL_DISABLE` does not name `ifma`;
+//! * [`Kind::Portable`]: the same algorithm in plain Rust (`portable.rs`), the reference that
+//!   tests check the IFMA engine against; the provider does not serve with it.
+//!
+//! A prime's engine form ([`Prime`]: 52-bit limbs, Montgomery constants, the exponent) is
+//! computed once per key. [`half_exps`] takes any number of jobs of one shape (prime size),
+//! runs them eight lanes at a time and returns each result fully reduced.
+
+mod lanes;
+mod portable;
+
+#[cfg(target_arch = "x86_64")]
+mod ifma;
+
+use openssl::bn::{BigNum, BigNumContext, BigNumRef};
+use openssl::error::ErrorStack;
+use zeroize::{Zeroize, Zeroizing};
+
+/// Lanes per pass.
+pub const LANES: usize = 8;
+/// Window width of the fixed-window exponentiation (a table of 32 powers per lane).
+pub const WINDOW: usize = 5;
+/// The low 52 bits.
+pub const MASK52: u64 = (1 << 52) - 1;
+
+/// An engine implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// AVX-512 IFMA.
+    Ifma,
+    /// Plain Rust.
+    Portable,
+}
+
+/// Whether this CPU has the IFMA engine's instructions.
+pub fn ifma_present() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512ifma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The engine the provider serves RSA with: IFMA when present and not disabled by
+/// `$OPENCF_ACCEL_DISABLE` (a comma-separated list; `ifma` turns it off), else none.
+pub fn provider_engine() -> Option<Kind> {
+    let disabled = std::env::var("OPENCF_ACCEL_DISABLE").unwrap_or_default();
+    if disabled.split(',').any(|w| w.trim() == "ifma") {
+        return None;
+    }
+    ifma_present().then_some(Kind::Ifma)
+}
+
+/// One pass: eight half-exponentiations of one shape, lane-interleaved (`[lane]` inside).
+pub struct Pass {
+    /// 52-bit limbs per number (`l`).
+    pub limbs: usize,
+    /// The moduli.
+    pub m: Vec<[u64; 8]>,
+    /// `−m⁻¹ mod 2^52`.
+    pub k0: [u64; 8],
+    /// `R² mod m`, `R = 2^(52·l)`.
+    pub rr: Vec<[u64; 8]>,
+    /// `R³ mod m`.
+    pub rrr: Vec<[u64; 8]>,
+    /// The base modulo `R`.
+    pub lo: Vec<[u64; 8]>,
+    /// The base divided by `R` (the base is below `R²`).
+    pub hi: Vec<[u64; 8]>,
+    /// The exponent's windows of [`WINDOW`] bits, most significant first.
+    pub windows: Vec<[u64; 8]>,
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        for v in [&mut self.lo, &mut self.hi, &mut self.windows] {
+            for x in v.iter_mut() {
+                x.zeroize();
+            }
+        }
+    }
+}
+
+/// Runs one pass on `kind`.
+fn run(kind: Kind, pass: &Pass) -> Vec<[u64; 8]> {
+    match kind {
+        Kind::Portable => portable::run(pass),
+        #[cfg(target_arch = "x86_64")]
+        Kind::Ifma => {
+            assert!(
+                ifma_present(),
+                "the IFMA engine needs avx512f and avx512ifma"
+            );
+            // SAFETY: `ifma::run` is compiled with `avx512f,avx512ifma` enabled; executing it
+            // is sound exactly when the CPU has both features, which the assertion above has
+            // just checked. It has no other precondition (it takes safe references only).
+            #[allow(unsafe_code)]
+            unsafe {
+                ifma::run(pass)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Kind::Ifma => panic!("the IFMA engine exists on x86_64 only"),
+    }
+}
+
+/// A prime with its exponent in the engine's form.
+pub struct Prime {
+    /// Bits of the prime (the shape: primes of equal size share passes).
+    pub bits: usize,
+    limbs: usize,
+    /// The prime in 52-bit limbs.
+    m: Vec<u64>,
+    k0: u64,
+    rr: Vec<u64>,
+    rrr: Vec<u64>,
+    /// The exponent in 64-bit words, one zero word above.
+    exp: Zeroizing<Vec<u64>>,
+}
+
+/// 52-bit limbs for `bits`-bit moduli: `2^(52·l) ≥ 16·m`, as the engine's bounds need.
+pub fn limbs_for(bits: usize) -> usize {
+    (bits + 4).div_ceil(52)
+}
+
+/// `x` (below `2^(64·n)`) as `n` little-endian 64-bit words.
+pub fn words(x: &BigNumRef, n: usize) -> Result<Zeroizing<Vec<u64>>, ErrorStack> {
+    let be = Zeroizing::new(x.to_vec_padded((n * 8) as i32)?);
+    Ok(Zeroizing::new(words_from_be(&be, n)))
+}
+
+/// Big-endian bytes as `n` little-endian 64-bit words (the bytes must fit).
+pub fn words_from_be(be: &[u8], n: usize) -> Vec<u64> {
+    let mut out = vec![0u64; n];
+    for (i, b) in be.iter().rev().enumerate() {
+        out[i / 8] |= u64::from(*b) << (8 * (i % 8));
+    }
+    out
+}
+
+/// `n` words back into `len` big-endian bytes (the value must fit).
+pub fn be_from_words(w: &[u64], len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    for i in 0..len {
+        out[len - 1 - i] = (w[i / 8] >> (8 * (i % 8))) as u8;
+    }
+    out
+}
+
+/// Re-cuts little-endian limbs of `from` bits into `n` limbs of `to` bits (bits above
+/// `n·to` are dropped). The work depends on the lengths only.
+pub fn repack(src: &[u64], from: u32, to: u32, n: usize) -> Vec<u64> {
+    let mask = |b: u32| if b == 64 { u64::MAX } else { (1u64 << b) - 1 };
+    let mut out = vec![0u64; n];
+    let mut acc: u128 = 0;
+    let mut have = 0u32;
+    let mut k = 0;
+    for &s in src {
+        acc |= u128::from(s & mask(from)) << have;
+        have += from;
+        while have >= to {
+            if k < n {
+                out[k] = acc as u64 & mask(to);
+            }
+            acc >>= to;
+            have -= to;
+            k += 1;
+        }
+    }
+    if k < n {
+        out[k] = acc as u64 & mask(to);
+    }
+    acc.zeroize();
+    out
+}
+
+/// `−m⁻¹ mod 2^64` for odd `m0`.
+pub fn neg_inv64(m0: u64) -> u64 {
+    let mut inv: u64 = 1;
+    for _ in 0..6 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(m0.wrapping_mul(inv)));
+    }
+    inv.wrapping_neg()
+}
+
+impl Prime {
+    /// The engine form of `p` (odd, `bits` bits) with exponent `d < p`. Computed with
+    /// OpenSSL once per key.
+    pub fn new(p: &BigNumRef, d: &BigNumRef) -> Result<Prime, ErrorStack> {
+        let bits = p.num_bits() as usize;
+        let limbs = limbs_for(bits);
+        let mut ctx = BigNumContext::new()?;
+        let pow = |e: usize, ctx: &mut BigNumContext| -> Result<BigNum, ErrorStack> {
+            let mut big = BigNum::new()?;
+            big.lshift(&*BigNum::from_u32(1)?, (52 * limbs * e) as i32)?;
+            let mut r = BigNum::new()?;
+            r.nnmod(&big, p, ctx)?;
+            Ok(r)
+        };
+        let to52 = |x: &BigNumRef| -> Result<Vec<u64>, ErrorStack> {
+            let w = words(x, (52 * limbs).div_ceil(64))?;
+            Ok(repack(&w, 64, 52, limbs))
+        };
+        let m = to52(p)?;
+        let rr = to52(&*pow(2, &mut ctx)?)?;
+        let rrr = to52(&*pow(3, &mut ctx)?)?;
+        let k0 = neg_inv64(m[0] | (m[1] << 52)) & MASK52;
+        let exp = words(d, bits.div_ceil(64) + 1)?;
+        Ok(Prime {
+            bits,
+            limbs,
+            m,
+            k0,
+            rr,
+            rrr,
+            exp,
+        })
+    }
+
+    /// Number of windows of an exponent below `2^bits`.
+    fn windows(&self) -> usize {
+        self.bits.div_ceil(WINDOW)
+    }
+
+    /// Window `w` (bits `5w..5w+5`) of the exponent; the position is public.
+    fn window(&self, w: usize) -> u64 {
+        let b = w * WINDOW;
+        let pair = u128::from(self.exp[b / 64]) | (u128::from(self.exp[b / 64 + 1]) << 64);
+        (pair >> (b % 64)) as u64 & ((1 << WINDOW) - 1)
+    }
+
+    /// The base `x` (below `2^(2·bits)`, little-endian 64-bit words) cut into the engine's
+    /// two halves of `l` 52-bit limbs.
+    pub fn base(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+        Zeroizing::new(repack(x, 64, 52, 2 * self.limbs))
+    }
+}
+
+/// One half-exponentiation: `base^exp mod p` for the [`Prime`] (base from [`Prime::base`]).
+pub struct Job<'a> {
+    /// The prime and its exponent.
+    pub prime: &'a Prime,
+    /// `2·l` 52-bit limbs.
+    pub base: &'a [u64],
+}
+
+/// Runs `jobs` (all of one prime size) on `kind`, eight lanes a pass; each result is the
+/// fully reduced value in `l` 52-bit limbs.
+pub fn half_exps(kind: Kind, jobs: &[Job]) -> Vec<Zeroizing<Vec<u64>>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    for chunk in jobs.chunks(LANES) {
+        let first = chunk[0].prime;
+        assert!(chunk.iter().all(|j| j.prime.bits == first.bits));
+        let l = first.limbs;
+        // Empty lanes repeat the first job; their results are dropped.
+        let lane = |i: usize| chunk.get(i).unwrap_or(&chunk[0]);
+        let inter = |f: &dyn Fn(&Job, usize) -> u64, n: usize| -> Vec<[u64; 8]> {
+            (0..n)
+                .map(|j| std::array::from_fn(|i| f(lane(i), j)))
+                .collect()
+        };
+        let nw = first.windows();
+        let pass = Pass {
+            limbs: l,
+            m: inter(&|jb, j| jb.prime.m[j], l),
+            k0: std::array::from_fn(|i| lane(i).prime.k0),
+            rr: inter(&|jb, j| jb.prime.rr[j], l),
+            rrr: inter(&|jb, j| jb.prime.rrr[j], l),
+            lo: inter(&|jb, j| jb.base[j], l),
+            hi: inter(&|jb, j| jb.base[l + j], l),
+            windows: inter(&|jb, w| jb.prime.window(nw - 1 - w), nw),
+        };
+        let res = run(kind, &pass);
+        for (i, job) in chunk.iter().enumerate() {
+            let mut r = Zeroizing::new(res.iter().map(|v| v[i]).collect::<Vec<u64>>());
+            reduce_once(&mut r, &job.prime.m);
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// `r = r − m` if `r ≥ m` (52-bit limbs, `r ≤ m`… `< 2m`), in constant time.
+fn reduce_once(r: &mut [u64], m: &[u64]) {
+    let mut t = Zeroizing::new(vec![0u64; r.len()]);
+    let mut borrow = 0u64;
+    for j in 0..r.len() {
+        let d = r[j].wrapping_sub(m[j]).wrapping_sub(borrow);
+        borrow = d >> 63;
+        t[j] = d & MASK52;
+    }
+    // borrow = 1: r < m, keep r.
+    let keep = borrow.wrapping_neg();
+    for j in 0..r.len() {
+        r[j] = (r[j] & keep) | (t[j] & !keep);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repack_round_trip() {
+        let w = vec![0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210, 0x1111];
+        let l = repack(&w, 64, 52, 5);
+        assert!(l.iter().all(|x| *x <= MASK52));
+        assert_eq!(repack(&l, 52, 64, 3), w);
+        let be = be_from_words(&w, 24);
+        assert_eq!(words_from_be(&be, 3), w);
+    }
+
+    #[test]
+    fn inverse() {
+        for m in [1u64, 3, 0xffff_ffff_ffff_fff1, 0x1234_5679] {
+            assert_eq!(m.wrapping_mul(neg_inv64(m)), u64::MAX);
+        }
+    }
+}

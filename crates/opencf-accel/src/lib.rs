@@ -1,0 +1,612 @@
+//! The OpenCF accelerator provider, `libopencf_accel.so`: RSA private-key operations for
+//! 2048-, 3072- and 4096-bit keys on a multi-buffer AVX-512 IFMA engine, behind the
+//! framework's metaslot. See docs/ACCEL.md.
+//!
+//! * one slot (0), token "OpenCF Accelerator", no login needed (`C_Login` is accepted and
+//!   ignored, see [`Accel::login`]); session objects only;
+//! * [`engine`]: the lane engines; [`rsa`]: a key's engine form and the raw private
+//!   operation; [`ct`]: constant-time scalar arithmetic around the engine; [`sched`]: the
+//!   worker threads and batching; [`mech`]: mechanisms and padding; [`objects`]: session
+//!   objects; [`fault`]: the test-only fault switch.
+//!
+//! The crate denies `unsafe` code; the one exception is the call into the IFMA engine after
+//! the CPU check (`engine::run`), and the items `pkcs11_module!` generates.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod ct;
+pub mod engine;
+pub mod fault;
+pub mod mech;
+pub mod objects;
+pub mod rsa;
+pub mod sched;
+
+use mech::{DecryptOp, SignOp};
+use objects::{Material, Object};
+use opencf_abi::sys::*;
+use opencf_abi::{
+    pad_field, AttrValue, Attribute, Backend, CkResult, InitArgs, MechParam, Mechanism, OutBuf,
+};
+use openssl::cipher::Cipher;
+use openssl::cipher_ctx::{CipherCtx, CipherCtxFlags};
+use sched::Scheduler;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use zeroize::Zeroizing;
+
+/// The token label.
+pub const LABEL: &str = "OpenCF Accelerator";
+/// The one slot.
+pub const SLOT: CK_SLOT_ID = 0;
+
+#[derive(Default)]
+struct Session {
+    flags: CK_FLAGS,
+    find: Option<Vec<CK_OBJECT_HANDLE>>,
+    sign: Option<SignOp>,
+    decrypt: Option<DecryptOp>,
+}
+
+type Shared<T> = RwLock<HashMap<u64, Arc<T>>>;
+
+/// The provider.
+pub struct Accel {
+    engine: Option<engine::Kind>,
+    sched: Scheduler,
+    sessions: Shared<Mutex<Session>>,
+    objects: Shared<Object>,
+    next_handle: AtomicU64,
+    logged_in: AtomicBool,
+}
+
+fn read<T>(m: &Shared<T>) -> std::sync::RwLockReadGuard<'_, HashMap<u64, Arc<T>>> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(m: &Shared<T>) -> std::sync::RwLockWriteGuard<'_, HashMap<u64, Arc<T>>> {
+    m.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock(s: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn version() -> CK_VERSION {
+    CK_VERSION { major: 0, minor: 1 }
+}
+
+impl Accel {
+    fn check_slot(&self, slot: CK_SLOT_ID) -> CkResult<()> {
+        if slot == SLOT {
+            Ok(())
+        } else {
+            Err(CKR_SLOT_ID_INVALID)
+        }
+    }
+
+    fn session(&self, s: CK_SESSION_HANDLE) -> CkResult<Arc<Mutex<Session>>> {
+        read(&self.sessions)
+            .get(&s)
+            .cloned()
+            .ok_or(CKR_SESSION_HANDLE_INVALID)
+    }
+
+    fn object(&self, h: CK_OBJECT_HANDLE) -> CkResult<Arc<Object>> {
+        read(&self.objects)
+            .get(&h)
+            .cloned()
+            .ok_or(CKR_OBJECT_HANDLE_INVALID)
+    }
+
+    /// A key for an operation: `CKR_KEY_HANDLE_INVALID` when unknown, then the usage
+    /// attribute and the allowed mechanisms.
+    fn key(
+        &self,
+        h: CK_OBJECT_HANDLE,
+        usage: CK_ATTRIBUTE_TYPE,
+        mech: CK_MECHANISM_TYPE,
+    ) -> CkResult<Arc<Object>> {
+        let o = self.object(h).map_err(|_| CKR_KEY_HANDLE_INVALID)?;
+        if !o.flag(usage) {
+            return Err(CKR_KEY_FUNCTION_NOT_PERMITTED);
+        }
+        if !o.allows(mech) {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        Ok(o)
+    }
+
+    fn add_object(&self, o: Object) -> CK_OBJECT_HANDLE {
+        let h = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        write(&self.objects).insert(h, Arc::new(o));
+        h
+    }
+
+    /// The RSA engine form of a private key for `mech` (`CKR_MECHANISM_INVALID` without an
+    /// engine).
+    fn rsa_key(
+        &self,
+        h: CK_OBJECT_HANDLE,
+        usage: CK_ATTRIBUTE_TYPE,
+        mech: CK_MECHANISM_TYPE,
+    ) -> CkResult<Arc<rsa::RsaKey>> {
+        if self.engine.is_none() {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        let o = self.key(h, usage, mech)?;
+        if o.class != CKO_PRIVATE_KEY || o.key_type != CKK_RSA {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        }
+        o.rsa()
+    }
+
+    /// Starts an operation in the slot `field` picks: `CKR_OPERATION_ACTIVE` when one runs.
+    fn start<T>(
+        &self,
+        s: CK_SESSION_HANDLE,
+        field: impl Fn(&mut Session) -> &mut Option<T>,
+        make: impl FnOnce() -> CkResult<T>,
+    ) -> CkResult<()> {
+        let sess = self.session(s)?;
+        if field(&mut lock(&sess)).is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let op = make()?;
+        *field(&mut lock(&sess)) = Some(op);
+        Ok(())
+    }
+
+    /// The scheduler's counters (tests).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+}
+
+/// Unwraps `wrapped` under the AES key `kek` (RFC 3394, or RFC 5649 with `pad`), with the
+/// default initial value only.
+fn aes_unwrap(
+    kek: &[u8],
+    pad: bool,
+    iv: &MechParam,
+    wrapped: &[u8],
+) -> CkResult<Zeroizing<Vec<u8>>> {
+    let default_iv: &[u8] = if pad {
+        &[0xa6, 0x59, 0x59, 0xa6]
+    } else {
+        &[0xa6; 8]
+    };
+    match iv {
+        MechParam::None => {}
+        MechParam::Bytes(b) if b.is_empty() || b == default_iv => {}
+        _ => return Err(CKR_MECHANISM_PARAM_INVALID),
+    }
+    let cipher = match (kek.len(), pad) {
+        (16, false) => Cipher::aes_128_wrap(),
+        (24, false) => Cipher::aes_192_wrap(),
+        (32, false) => Cipher::aes_256_wrap(),
+        (16, true) => Cipher::aes_128_wrap_pad(),
+        (24, true) => Cipher::aes_192_wrap_pad(),
+        (32, true) => Cipher::aes_256_wrap_pad(),
+        _ => return Err(CKR_UNWRAPPING_KEY_SIZE_RANGE),
+    };
+    if wrapped.len() < 16 || !wrapped.len().is_multiple_of(8) {
+        return Err(CKR_WRAPPED_KEY_LEN_RANGE);
+    }
+    let bad = |_| CKR_WRAPPED_KEY_INVALID;
+    let mut ctx = CipherCtx::new().map_err(|_| CKR_HOST_MEMORY)?;
+    ctx.set_flags(CipherCtxFlags::FLAG_WRAP_ALLOW);
+    ctx.decrypt_init(Some(cipher), Some(kek), None)
+        .map_err(bad)?;
+    let mut out = Zeroizing::new(vec![0u8; wrapped.len() + 16]);
+    let n = ctx.cipher_update(wrapped, Some(&mut out)).map_err(bad)?;
+    out.truncate(n);
+    Ok(out)
+}
+
+impl Backend for Accel {
+    fn initialize(_args: &InitArgs) -> CkResult<Self> {
+        let engine = engine::provider_engine();
+        Ok(Accel {
+            engine,
+            sched: Scheduler::new(engine.unwrap_or(engine::Kind::Portable)),
+            sessions: RwLock::default(),
+            objects: RwLock::default(),
+            next_handle: AtomicU64::new(1),
+            logged_in: AtomicBool::new(false),
+        })
+    }
+
+    fn finalize(&self) {
+        self.sched.shutdown();
+        write(&self.sessions).clear();
+        write(&self.objects).clear();
+    }
+
+    fn get_info(&self) -> CkResult<CK_INFO> {
+        Ok(CK_INFO {
+            cryptokiVersion: CK_VERSION { major: 3, minor: 2 },
+            manufacturerID: pad_field("OpenCF"),
+            flags: 0,
+            libraryDescription: pad_field("OpenCF accelerator"),
+            libraryVersion: version(),
+        })
+    }
+
+    fn get_slot_list(&self, _token_present: bool) -> CkResult<Vec<CK_SLOT_ID>> {
+        Ok(vec![SLOT])
+    }
+
+    fn get_slot_info(&self, slot: CK_SLOT_ID) -> CkResult<CK_SLOT_INFO> {
+        self.check_slot(slot)?;
+        Ok(CK_SLOT_INFO {
+            slotDescription: pad_field(LABEL),
+            manufacturerID: pad_field("OpenCF"),
+            flags: CKF_TOKEN_PRESENT,
+            hardwareVersion: version(),
+            firmwareVersion: version(),
+        })
+    }
+
+    fn get_token_info(&self, slot: CK_SLOT_ID) -> CkResult<CK_TOKEN_INFO> {
+        self.check_slot(slot)?;
+        let sessions = read(&self.sessions);
+        let rw = sessions
+            .values()
+            .filter(|s| lock(s).flags & CKF_RW_SESSION != 0)
+            .count();
+        let model = match self.engine {
+            Some(engine::Kind::Ifma) => "AVX-512 IFMA",
+            _ => "no RSA engine",
+        };
+        Ok(CK_TOKEN_INFO {
+            label: pad_field(LABEL),
+            manufacturerID: pad_field("OpenCF"),
+            model: pad_field(model),
+            serialNumber: pad_field("accel-0"),
+            flags: CKF_TOKEN_INITIALIZED | CKF_RNG | CKF_USER_PIN_INITIALIZED,
+            ulMaxSessionCount: CK_EFFECTIVELY_INFINITE,
+            ulSessionCount: sessions.len() as CK_ULONG,
+            ulMaxRwSessionCount: CK_EFFECTIVELY_INFINITE,
+            ulRwSessionCount: rw as CK_ULONG,
+            ulMaxPinLen: 256,
+            ulMinPinLen: 0,
+            ulTotalPublicMemory: CK_UNAVAILABLE_INFORMATION,
+            ulFreePublicMemory: CK_UNAVAILABLE_INFORMATION,
+            ulTotalPrivateMemory: CK_UNAVAILABLE_INFORMATION,
+            ulFreePrivateMemory: CK_UNAVAILABLE_INFORMATION,
+            hardwareVersion: version(),
+            firmwareVersion: version(),
+            utcTime: [b' '; 16],
+        })
+    }
+
+    fn get_mechanism_list(&self, slot: CK_SLOT_ID) -> CkResult<Vec<CK_MECHANISM_TYPE>> {
+        self.check_slot(slot)?;
+        Ok(mech::list(self.engine.is_some()))
+    }
+
+    fn get_mechanism_info(
+        &self,
+        slot: CK_SLOT_ID,
+        m: CK_MECHANISM_TYPE,
+    ) -> CkResult<CK_MECHANISM_INFO> {
+        self.check_slot(slot)?;
+        mech::info(self.engine.is_some(), m)
+    }
+
+    fn open_session(&self, slot: CK_SLOT_ID, flags: CK_FLAGS) -> CkResult<CK_SESSION_HANDLE> {
+        self.check_slot(slot)?;
+        if flags & CKF_SERIAL_SESSION == 0 {
+            return Err(CKR_SESSION_PARALLEL_NOT_SUPPORTED);
+        }
+        let h = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let s = Session {
+            flags,
+            ..Session::default()
+        };
+        write(&self.sessions).insert(h, Arc::new(Mutex::new(s)));
+        Ok(h)
+    }
+
+    fn close_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        write(&self.sessions)
+            .remove(&s)
+            .ok_or(CKR_SESSION_HANDLE_INVALID)?;
+        write(&self.objects).retain(|_, o| o.session != s);
+        if read(&self.sessions).is_empty() {
+            self.logged_in.store(false, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn close_all_sessions(&self, slot: CK_SLOT_ID) -> CkResult<()> {
+        self.check_slot(slot)?;
+        write(&self.sessions).clear();
+        write(&self.objects).clear();
+        self.logged_in.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn get_session_info(&self, s: CK_SESSION_HANDLE) -> CkResult<CK_SESSION_INFO> {
+        let sess = self.session(s)?;
+        let flags = lock(&sess).flags;
+        let rw = flags & CKF_RW_SESSION != 0;
+        let state = match (self.logged_in.load(Ordering::Relaxed), rw) {
+            (true, true) => CKS_RW_USER_FUNCTIONS,
+            (true, false) => CKS_RO_USER_FUNCTIONS,
+            (false, true) => CKS_RW_PUBLIC_SESSION,
+            (false, false) => CKS_RO_PUBLIC_SESSION,
+        };
+        Ok(CK_SESSION_INFO {
+            slotID: SLOT,
+            state,
+            flags: flags & (CKF_RW_SESSION | CKF_SERIAL_SESSION),
+            ulDeviceError: 0,
+        })
+    }
+
+    fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = lock(&sess);
+        if flags & CKF_SIGN != 0 {
+            st.sign = None;
+        }
+        if flags & CKF_DECRYPT != 0 {
+            st.decrypt = None;
+        }
+        if flags & CKF_FIND_OBJECTS != 0 {
+            st.find = None;
+        }
+        Ok(())
+    }
+
+    /// `C_Login`: the token needs no login; a user login is accepted with any PIN and only
+    /// changes the reported session state. A second login answers
+    /// `CKR_USER_ALREADY_LOGGED_IN`; the SO cannot log in (`CKR_USER_TYPE_INVALID`).
+    fn login(&self, s: CK_SESSION_HANDLE, user: CK_USER_TYPE, _pin: &[u8]) -> CkResult<()> {
+        self.session(s)?;
+        match user {
+            CKU_USER | CKU_CONTEXT_SPECIFIC => {}
+            CKU_SO => return Err(CKR_USER_TYPE_INVALID),
+            _ => return Err(CKR_USER_TYPE_INVALID),
+        }
+        if user == CKU_CONTEXT_SPECIFIC {
+            return Ok(());
+        }
+        if self.logged_in.swap(true, Ordering::Relaxed) {
+            return Err(CKR_USER_ALREADY_LOGGED_IN);
+        }
+        Ok(())
+    }
+
+    fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        self.session(s)?;
+        if !self.logged_in.swap(false, Ordering::Relaxed) {
+            return Err(CKR_USER_NOT_LOGGED_IN);
+        }
+        Ok(())
+    }
+
+    fn create_object(
+        &self,
+        s: CK_SESSION_HANDLE,
+        template: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        self.session(s)?;
+        let o = Object::new(template, Material::Template, s)?;
+        Ok(self.add_object(o))
+    }
+
+    fn destroy_object(&self, s: CK_SESSION_HANDLE, obj: CK_OBJECT_HANDLE) -> CkResult<()> {
+        self.session(s)?;
+        write(&self.objects)
+            .remove(&obj)
+            .map(|_| ())
+            .ok_or(CKR_OBJECT_HANDLE_INVALID)
+    }
+
+    fn get_attribute_value(
+        &self,
+        s: CK_SESSION_HANDLE,
+        obj: CK_OBJECT_HANDLE,
+        types: &[CK_ATTRIBUTE_TYPE],
+    ) -> CkResult<Vec<AttrValue>> {
+        self.session(s)?;
+        let o = self.object(obj)?;
+        Ok(types.iter().map(|t| o.attribute(*t)).collect())
+    }
+
+    fn find_objects_init(&self, s: CK_SESSION_HANDLE, template: &[Attribute]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = lock(&sess);
+        if st.find.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        let mut found: Vec<CK_OBJECT_HANDLE> = read(&self.objects)
+            .iter()
+            .filter(|(_, o)| o.matches(template))
+            .map(|(h, _)| *h)
+            .collect();
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        st.find = Some(found);
+        Ok(())
+    }
+
+    fn find_objects(&self, s: CK_SESSION_HANDLE, max: usize) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
+        let sess = self.session(s)?;
+        let mut st = lock(&sess);
+        let list = st.find.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let n = max.min(list.len());
+        Ok((0..n).filter_map(|_| list.pop()).collect())
+    }
+
+    fn find_objects_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = lock(&sess);
+        st.find.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        Ok(())
+    }
+
+    fn decrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.start(
+            s,
+            |st| &mut st.decrypt,
+            || DecryptOp::new(m, self.rsa_key(key, CKA_DECRYPT, m.mechanism)?),
+        )
+    }
+
+    fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let op = lock(&sess)
+            .decrypt
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let keep = |op| lock(&sess).decrypt = Some(op);
+        if out.is_query() {
+            out.reserve(op.max_len())?;
+            keep(op);
+            return Ok(());
+        }
+        let plain = op.decrypt(&self.sched, data)?;
+        match out.write(&plain) {
+            Err(CKR_BUFFER_TOO_SMALL) => {
+                keep(op);
+                Err(CKR_BUFFER_TOO_SMALL)
+            }
+            r => r.map(|_| ()),
+        }
+    }
+
+    fn sign_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.start(
+            s,
+            |st| &mut st.sign,
+            || SignOp::new(m, self.rsa_key(key, CKA_SIGN, m.mechanism)?),
+        )
+    }
+
+    fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut op = lock(&sess)
+            .sign
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        op.check(data)?;
+        match out.reserve(op.sig_len()) {
+            Ok(Some(_)) => {}
+            r => {
+                lock(&sess).sign = Some(op);
+                return r.map(|_| ());
+            }
+        }
+        let sig = op.sign(&self.sched, Some(data))?;
+        out.write(&sig)?;
+        Ok(())
+    }
+
+    fn sign_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut st = lock(&sess);
+        let op = st.sign.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if !op.multi_part() {
+            st.sign = None;
+            return Err(CKR_FUNCTION_NOT_SUPPORTED);
+        }
+        let r = op.update(data);
+        if r.is_err() {
+            st.sign = None;
+        }
+        r
+    }
+
+    fn sign_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        let sess = self.session(s)?;
+        let mut op = lock(&sess)
+            .sign
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if !op.multi_part() {
+            return Err(CKR_FUNCTION_NOT_SUPPORTED);
+        }
+        match out.reserve(op.sig_len()) {
+            Ok(Some(_)) => {}
+            r => {
+                lock(&sess).sign = Some(op);
+                return r.map(|_| ());
+            }
+        }
+        let sig = op.sign(&self.sched, None)?;
+        out.write(&sig)?;
+        Ok(())
+    }
+
+    fn unwrap_key(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        unwrapping_key: CK_OBJECT_HANDLE,
+        wrapped: &[u8],
+        template: &[Attribute],
+    ) -> CkResult<CK_OBJECT_HANDLE> {
+        self.session(s)?;
+        let pad = match m.mechanism {
+            CKM_AES_KEY_WRAP => false,
+            CKM_AES_KEY_WRAP_KWP | CKM_AES_KEY_WRAP_PAD => true,
+            _ => return Err(CKR_MECHANISM_INVALID),
+        };
+        let kek = self
+            .object(unwrapping_key)
+            .map_err(|_| CKR_UNWRAPPING_KEY_HANDLE_INVALID)?;
+        if !kek.flag(CKA_UNWRAP) {
+            return Err(CKR_KEY_FUNCTION_NOT_PERMITTED);
+        }
+        if !kek.allows(m.mechanism) {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        let kv = kek
+            .aes_value()
+            .ok_or(CKR_UNWRAPPING_KEY_TYPE_INCONSISTENT)?;
+        let plain = aes_unwrap(kv, pad, &m.param, wrapped)?;
+        let class = template
+            .iter()
+            .find(|a| a.kind == CKA_CLASS)
+            .ok_or(CKR_TEMPLATE_INCOMPLETE)?
+            .as_ulong()?;
+        let material = match class {
+            CKO_PRIVATE_KEY => Material::Pkcs8(plain),
+            CKO_SECRET_KEY => Material::Value(plain),
+            _ => return Err(CKR_ATTRIBUTE_VALUE_INVALID),
+        };
+        let o = Object::new(template, material, s)?;
+        Ok(self.add_object(o))
+    }
+
+    fn seed_random(&self, s: CK_SESSION_HANDLE, _seed: &[u8]) -> CkResult<()> {
+        self.session(s)?;
+        Ok(())
+    }
+
+    fn generate_random(&self, s: CK_SESSION_HANDLE, out: &mut [u8]) -> CkResult<()> {
+        self.session(s)?;
+        openssl::rand::rand_bytes(out).map_err(|_| CKR_FUNCTION_FAILED)
+    }
+
+    fn check_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        self.session(s).map(|_| ())
+    }
+}
+
+opencf_abi::pkcs11_module!(Accel);

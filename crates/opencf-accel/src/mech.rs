@@ -1,0 +1,380 @@
+//! Mechanisms: the list, and the RSA sign and decrypt operations around the engine.
+//!
+//! Padding is OpenSSL's own code, run on the key's *identity* form ([`RsaKey::identity`]:
+//! the same modulus and primes with every exponent 1, so that OpenSSL's "private operation"
+//! returns its input): signing with it yields the encoded message (EMSA-PKCS1-v1_5 or
+//! EMSA-PSS, with OpenSSL's hashing, DigestInfo and salt), decrypting with it checks and
+//! strips the padding of the engine's raw result (PKCS#1 v1.5 type 2 with explicit
+//! rejection, or OAEP) in OpenSSL's constant-time code. The engine does the exponentiation
+//! with the real exponent in between. Parameter rules are the software token's
+//! (docs/SOFTTOKEN.md), so that an application sees the same answers from either provider.
+
+use crate::rsa::RsaKey;
+use crate::sched::Scheduler;
+use opencf_abi::ossl_pk::{set_ctx_params, Param};
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, MechParam, Mechanism};
+use openssl::md::{Md, MdRef};
+use openssl::md_ctx::MdCtx;
+use openssl::pkey_ctx::{PkeyCtx, PkeyCtxRef};
+use openssl::rsa::Padding;
+use openssl::sign::RsaPssSaltlen;
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// RSA mechanisms of the engine and their flags.
+const RSA_MECHS: [(CK_MECHANISM_TYPE, CK_FLAGS); 11] = [
+    (CKM_RSA_PKCS, CKF_SIGN | CKF_DECRYPT),
+    (CKM_RSA_X_509, CKF_SIGN | CKF_DECRYPT),
+    (CKM_RSA_PKCS_OAEP, CKF_DECRYPT),
+    (CKM_RSA_PKCS_PSS, CKF_SIGN),
+    (CKM_SHA224_RSA_PKCS, CKF_SIGN),
+    (CKM_SHA256_RSA_PKCS, CKF_SIGN),
+    (CKM_SHA384_RSA_PKCS, CKF_SIGN),
+    (CKM_SHA512_RSA_PKCS, CKF_SIGN),
+    (CKM_SHA256_RSA_PKCS_PSS, CKF_SIGN),
+    (CKM_SHA384_RSA_PKCS_PSS, CKF_SIGN),
+    (CKM_SHA512_RSA_PKCS_PSS, CKF_SIGN),
+];
+
+/// Key-unwrapping mechanisms (how the framework moves sensitive keys in).
+const UNWRAP_MECHS: [CK_MECHANISM_TYPE; 3] =
+    [CKM_AES_KEY_WRAP, CKM_AES_KEY_WRAP_KWP, CKM_AES_KEY_WRAP_PAD];
+
+/// The mechanism list: the RSA mechanisms only when an engine serves them.
+pub fn list(engine: bool) -> Vec<CK_MECHANISM_TYPE> {
+    let rsa = RSA_MECHS.iter().filter(|_| engine).map(|m| m.0);
+    rsa.chain(UNWRAP_MECHS).collect()
+}
+
+/// `C_GetMechanismInfo`.
+pub fn info(engine: bool, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHANISM_INFO> {
+    if UNWRAP_MECHS.contains(&m) {
+        return Ok(CK_MECHANISM_INFO {
+            ulMinKeySize: 16,
+            ulMaxKeySize: 32,
+            flags: CKF_UNWRAP,
+        });
+    }
+    match RSA_MECHS.iter().find(|x| x.0 == m) {
+        Some((_, flags)) if engine => Ok(CK_MECHANISM_INFO {
+            ulMinKeySize: 2048,
+            ulMaxKeySize: 4096,
+            flags: *flags,
+        }),
+        _ => Err(CKR_MECHANISM_INVALID),
+    }
+}
+
+fn md_of(hash: CK_MECHANISM_TYPE) -> Option<&'static MdRef> {
+    Some(match hash {
+        CKM_SHA_1 => Md::sha1(),
+        CKM_SHA224 => Md::sha224(),
+        CKM_SHA256 => Md::sha256(),
+        CKM_SHA384 => Md::sha384(),
+        CKM_SHA512 => Md::sha512(),
+        CKM_SHA3_224 => Md::sha3_224(),
+        CKM_SHA3_256 => Md::sha3_256(),
+        CKM_SHA3_384 => Md::sha3_384(),
+        CKM_SHA3_512 => Md::sha3_512(),
+        _ => return None,
+    })
+}
+
+/// MGF1 variants by the hash they use (`CKG_MGF1_SHA1` is 1, SHA-256 2, SHA-384 3,
+/// SHA-512 4, SHA-224 5, then SHA3-224 … SHA3-512 6 … 9).
+const MGF1: [CK_MECHANISM_TYPE; 9] = [
+    CKM_SHA_1,
+    CKM_SHA256,
+    CKM_SHA384,
+    CKM_SHA512,
+    CKM_SHA224,
+    CKM_SHA3_224,
+    CKM_SHA3_256,
+    CKM_SHA3_384,
+    CKM_SHA3_512,
+];
+
+fn mgf_md(mgf: CK_RSA_PKCS_MGF_TYPE) -> Option<&'static MdRef> {
+    let i = usize::try_from(mgf).ok()?.checked_sub(1)?;
+    md_of(*MGF1.get(i)?)
+}
+
+fn no_param(m: &Mechanism) -> CkResult<()> {
+    match &m.param {
+        MechParam::None => Ok(()),
+        MechParam::Bytes(b) if b.is_empty() => Ok(()),
+        _ => Err(CKR_MECHANISM_PARAM_INVALID),
+    }
+}
+
+fn ossl(_: openssl::error::ErrorStack) -> CK_RV {
+    CKR_FUNCTION_FAILED
+}
+
+/// PSS parameters `(hash, mgf1 hash, salt)`, checked against the mechanism's own hash and
+/// the key size (`hLen + sLen + 2 ≤ emLen`).
+fn pss(
+    m: &Mechanism,
+    want: Option<CK_MECHANISM_TYPE>,
+    bits: usize,
+) -> CkResult<(&'static MdRef, &'static MdRef, i32)> {
+    let MechParam::RsaPss {
+        hash_alg: h,
+        mgf,
+        salt_len,
+    } = &m.param
+    else {
+        return Err(CKR_MECHANISM_PARAM_INVALID);
+    };
+    // The mechanism's own hash must be the parameter's; the salt must fit:
+    // hLen + sLen + 2 <= emLen = ceil((modBits - 1) / 8).
+    let fit = |md: &MdRef, s: usize| md.size() + s + 2 <= (bits - 1).div_ceil(8);
+    match (md_of(*h), mgf_md(*mgf), usize::try_from(*salt_len)) {
+        (Some(md), Some(mgf), Ok(salt)) if want.is_none_or(|w| w == *h) && fit(md, salt) => {
+            Ok((md, mgf, salt as i32))
+        }
+        _ => Err(CKR_MECHANISM_PARAM_INVALID),
+    }
+}
+
+fn set_pss<T>(c: &mut PkeyCtxRef<T>, mgf: &MdRef, salt: i32) -> CkResult<()> {
+    c.set_rsa_padding(Padding::PKCS1_PSS).map_err(ossl)?;
+    c.set_rsa_mgf1_md(mgf).map_err(ossl)?;
+    c.set_rsa_pss_saltlen(RsaPssSaltlen::custom(salt))
+        .map_err(ossl)
+}
+
+/// Runs `c^d mod n` through the scheduler. Busy queues: `CKR_DEVICE_MEMORY`; an engine
+/// fault (a result that fails the public-key check): `CKR_DEVICE_ERROR`.
+pub fn private_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+    let pend = key.begin(c)?;
+    match sched.run(key, &pend) {
+        Err(_) => Err(CKR_DEVICE_MEMORY),
+        Ok(None) => Err(CKR_DEVICE_ERROR),
+        Ok(Some([m1, m2])) => key.finish(&pend, &m1, &m2),
+    }
+}
+
+/// What a signature turns its input into before the exponentiation.
+enum Encoder {
+    /// `CKM_RSA_PKCS`: EMSA-PKCS1-v1_5 of the given bytes (at most `k − 11`).
+    Pkcs1,
+    /// `CKM_RSA_X_509`: the input itself, left-padded, below `n`.
+    Raw,
+    /// `CKM_RSA_PKCS_PSS`: EMSA-PSS of the given hash.
+    Pss(&'static MdRef, &'static MdRef, i32),
+    /// Hash-and-sign: the digest context on the identity key.
+    Hashed(MdCtx),
+}
+
+/// An active `C_Sign*` operation.
+pub struct SignOp {
+    key: Arc<RsaKey>,
+    enc: Encoder,
+}
+
+// `MdCtx` wraps an `EVP_MD_CTX`, which OpenSSL lets one thread at a time use: the session's
+// mutex guarantees that.
+impl SignOp {
+    /// `C_SignInit`.
+    pub fn new(m: &Mechanism, key: Arc<RsaKey>) -> CkResult<SignOp> {
+        let enc = match m.mechanism {
+            CKM_RSA_PKCS => no_param(m).map(|_| Encoder::Pkcs1)?,
+            CKM_RSA_X_509 => no_param(m).map(|_| Encoder::Raw)?,
+            CKM_RSA_PKCS_PSS => {
+                let (md, mgf, salt) = pss(m, None, key.bits)?;
+                Encoder::Pss(md, mgf, salt)
+            }
+            mech => {
+                let (hash, is_pss) = match mech {
+                    CKM_SHA224_RSA_PKCS => (CKM_SHA224, false),
+                    CKM_SHA256_RSA_PKCS => (CKM_SHA256, false),
+                    CKM_SHA384_RSA_PKCS => (CKM_SHA384, false),
+                    CKM_SHA512_RSA_PKCS => (CKM_SHA512, false),
+                    CKM_SHA256_RSA_PKCS_PSS => (CKM_SHA256, true),
+                    CKM_SHA384_RSA_PKCS_PSS => (CKM_SHA384, true),
+                    CKM_SHA512_RSA_PKCS_PSS => (CKM_SHA512, true),
+                    _ => return Err(CKR_MECHANISM_INVALID),
+                };
+                let md = md_of(hash).ok_or(CKR_MECHANISM_INVALID)?;
+                let mut ctx = MdCtx::new().map_err(ossl)?;
+                let p = if is_pss {
+                    Some(pss(m, Some(hash), key.bits)?)
+                } else {
+                    no_param(m)?;
+                    None
+                };
+                let pctx = ctx
+                    .digest_sign_init(Some(md), &key.identity)
+                    .map_err(ossl)?;
+                match p {
+                    Some((_, mgf, salt)) => set_pss(pctx, mgf, salt)?,
+                    None => pctx.set_rsa_padding(Padding::PKCS1).map_err(ossl)?,
+                }
+                Encoder::Hashed(ctx)
+            }
+        };
+        Ok(SignOp { key, enc })
+    }
+
+    /// Signature length.
+    pub fn sig_len(&self) -> usize {
+        self.key.k
+    }
+
+    /// Whether the mechanism takes `C_SignUpdate`.
+    pub fn multi_part(&self) -> bool {
+        matches!(self.enc, Encoder::Hashed(_))
+    }
+
+    /// `C_SignUpdate`.
+    pub fn update(&mut self, data: &[u8]) -> CkResult<()> {
+        match &mut self.enc {
+            Encoder::Hashed(ctx) => ctx.digest_sign_update(data).map_err(ossl),
+            _ => Err(CKR_FUNCTION_NOT_SUPPORTED),
+        }
+    }
+
+    /// Checks a single-part input before any work (`CKR_DATA_LEN_RANGE`, …).
+    pub fn check(&self, data: &[u8]) -> CkResult<()> {
+        let k = self.key.k;
+        match &self.enc {
+            Encoder::Pkcs1 if data.len() + 11 > k => Err(CKR_DATA_LEN_RANGE),
+            Encoder::Raw if data.len() > k => Err(CKR_DATA_LEN_RANGE),
+            Encoder::Pss(md, ..) if data.len() != md.size() => Err(CKR_DATA_LEN_RANGE),
+            _ => Ok(()),
+        }
+    }
+
+    /// The encoded message of `data` (single-part) or of what was hashed (`None`).
+    fn encode(&mut self, data: Option<&[u8]>) -> CkResult<Zeroizing<Vec<u8>>> {
+        let k = self.key.k;
+        let mut em = Zeroizing::new(vec![0u8; k]);
+        let raw_ctx = |key: &RsaKey| -> CkResult<PkeyCtx<_>> {
+            let mut c = PkeyCtx::new(&key.identity).map_err(ossl)?;
+            c.sign_init().map_err(ossl)?;
+            Ok(c)
+        };
+        let n = match (&mut self.enc, data) {
+            (Encoder::Hashed(ctx), Some(d)) => {
+                ctx.digest_sign_update(d).map_err(ossl)?;
+                ctx.digest_sign_final(Some(&mut em)).map_err(ossl)?
+            }
+            (Encoder::Hashed(ctx), None) => ctx.digest_sign_final(Some(&mut em)).map_err(ossl)?,
+            (_, None) => return Err(CKR_FUNCTION_NOT_SUPPORTED),
+            (Encoder::Raw, Some(d)) => {
+                em[k - d.len()..].copy_from_slice(d);
+                if !self.key.below_modulus(&em) {
+                    return Err(CKR_DATA_INVALID);
+                }
+                k
+            }
+            (Encoder::Pkcs1, Some(d)) => {
+                let mut c = raw_ctx(&self.key)?;
+                c.set_rsa_padding(Padding::PKCS1).map_err(ossl)?;
+                c.sign(d, Some(&mut em)).map_err(ossl)?
+            }
+            (Encoder::Pss(md, mgf, salt), Some(d)) => {
+                let mut c = raw_ctx(&self.key)?;
+                c.set_signature_md(md).map_err(ossl)?;
+                set_pss(&mut c, mgf, *salt)?;
+                c.sign(d, Some(&mut em)).map_err(ossl)?
+            }
+        };
+        if n != k {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        Ok(em)
+    }
+
+    /// The signature of `data` (single-part) or of what was hashed (`None`).
+    pub fn sign(&mut self, sched: &Scheduler, data: Option<&[u8]>) -> CkResult<Vec<u8>> {
+        let em = self.encode(data)?;
+        Ok(private_op(sched, &self.key, &em)?.to_vec())
+    }
+}
+
+/// Padding of a decryption.
+enum Unpad {
+    Pkcs1,
+    Raw,
+    Oaep(&'static MdRef, &'static MdRef, Vec<u8>),
+}
+
+/// An active `C_Decrypt` operation.
+pub struct DecryptOp {
+    key: Arc<RsaKey>,
+    pad: Unpad,
+}
+
+impl DecryptOp {
+    /// `C_DecryptInit`.
+    pub fn new(m: &Mechanism, key: Arc<RsaKey>) -> CkResult<DecryptOp> {
+        let pad = match (m.mechanism, &m.param) {
+            (CKM_RSA_PKCS, _) => no_param(m).map(|_| Unpad::Pkcs1)?,
+            (CKM_RSA_X_509, _) => no_param(m).map(|_| Unpad::Raw)?,
+            (
+                CKM_RSA_PKCS_OAEP,
+                MechParam::RsaOaep {
+                    hash_alg,
+                    mgf,
+                    source,
+                    source_data,
+                },
+            ) => {
+                let md = md_of(*hash_alg).ok_or(CKR_MECHANISM_PARAM_INVALID)?;
+                let mgf = mgf_md(*mgf).ok_or(CKR_MECHANISM_PARAM_INVALID)?;
+                if !(*source == CKZ_DATA_SPECIFIED || (*source == 0 && source_data.is_empty())) {
+                    return Err(CKR_MECHANISM_PARAM_INVALID);
+                }
+                if 2 * md.size() + 2 > key.k {
+                    return Err(CKR_KEY_SIZE_RANGE);
+                }
+                Unpad::Oaep(md, mgf, source_data.clone())
+            }
+            (CKM_RSA_PKCS_OAEP, _) => return Err(CKR_MECHANISM_PARAM_INVALID),
+            _ => return Err(CKR_MECHANISM_INVALID),
+        };
+        Ok(DecryptOp { key, pad })
+    }
+
+    /// Largest plaintext.
+    pub fn max_len(&self) -> usize {
+        self.key.k
+    }
+
+    /// Decrypts `input` (exactly `k` bytes, below `n`).
+    pub fn decrypt(&self, sched: &Scheduler, input: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+        if input.len() != self.key.k {
+            return Err(CKR_ENCRYPTED_DATA_LEN_RANGE);
+        }
+        if !self.key.below_modulus(input) {
+            return Err(CKR_ENCRYPTED_DATA_INVALID);
+        }
+        let m = private_op(sched, &self.key, input)?;
+        let mut c = PkeyCtx::new(&self.key.identity).map_err(ossl)?;
+        c.decrypt_init().map_err(ossl)?;
+        match &self.pad {
+            Unpad::Raw => return Ok(m),
+            Unpad::Pkcs1 => {
+                c.set_rsa_padding(Padding::PKCS1).map_err(ossl)?;
+                set_ctx_params(&mut c, &[Param::Uint(c"implicit-rejection", 0)]).map_err(ossl)?;
+            }
+            Unpad::Oaep(md, mgf, label) => {
+                c.set_rsa_padding(Padding::PKCS1_OAEP).map_err(ossl)?;
+                c.set_rsa_oaep_md(md).map_err(ossl)?;
+                c.set_rsa_mgf1_md(mgf).map_err(ossl)?;
+                if !label.is_empty() {
+                    c.set_rsa_oaep_label(label).map_err(ossl)?;
+                }
+            }
+        }
+        let mut out = Zeroizing::new(vec![0u8; self.key.k]);
+        let n = c
+            .decrypt(&m, Some(&mut out))
+            .map_err(|_| CKR_ENCRYPTED_DATA_INVALID)?;
+        out.truncate(n);
+        Ok(out)
+    }
+}

@@ -1,0 +1,321 @@
+//! Session objects: RSA private and public keys and AES secret keys, created by value
+//! (`C_CreateObject`) or unwrapped (`C_UnwrapKey`).
+//!
+//! Rules (docs/ACCEL.md): token objects are refused (`CKA_TOKEN = TRUE` is
+//! `CKR_ATTRIBUTE_VALUE_INVALID`); secret values (`CKA_VALUE` of a secret key, the private
+//! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
+//! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
+//! false unless the template sets them. The engine form of an RSA key is built on first use
+//! and kept with the object.
+
+use crate::rsa::{RsaKey, RsaParts};
+use opencf_abi::sys::*;
+use opencf_abi::{AttrValue, Attribute, CkResult};
+use openssl::bn::BigNum;
+use openssl::pkey::PKey;
+use std::sync::{Arc, OnceLock};
+use zeroize::Zeroizing;
+
+/// Attributes that hold secret values, never returned.
+const SECRET: [CK_ATTRIBUTE_TYPE; 7] = [
+    CKA_VALUE,
+    CKA_PRIVATE_EXPONENT,
+    CKA_PRIME_1,
+    CKA_PRIME_2,
+    CKA_EXPONENT_1,
+    CKA_EXPONENT_2,
+    CKA_COEFFICIENT,
+];
+
+/// Boolean attributes stored as given, false by default.
+const FLAGS: [CK_ATTRIBUTE_TYPE; 14] = [
+    CKA_PRIVATE,
+    CKA_MODIFIABLE,
+    CKA_ENCRYPT,
+    CKA_DECRYPT,
+    CKA_SIGN,
+    CKA_SIGN_RECOVER,
+    CKA_VERIFY,
+    CKA_VERIFY_RECOVER,
+    CKA_WRAP,
+    CKA_UNWRAP,
+    CKA_DERIVE,
+    CKA_SENSITIVE,
+    CKA_EXTRACTABLE,
+    CKA_ALWAYS_AUTHENTICATE,
+];
+
+/// Attributes taken over from a template as bytes.
+const PLAIN: [CK_ATTRIBUTE_TYPE; 5] = [
+    CKA_LABEL,
+    CKA_ID,
+    CKA_ALLOWED_MECHANISMS,
+    CKA_START_DATE,
+    CKA_END_DATE,
+];
+
+/// A session object.
+pub struct Object {
+    /// `CKA_CLASS`.
+    pub class: CK_OBJECT_CLASS,
+    /// `CKA_KEY_TYPE`.
+    pub key_type: CK_KEY_TYPE,
+    /// The session that created it (destroyed with it).
+    pub session: CK_SESSION_HANDLE,
+    /// Every readable attribute.
+    attrs: Vec<Attribute>,
+    secret: Secret,
+    rsa: OnceLock<CkResult<Arc<RsaKey>>>,
+}
+
+/// The secret material of an object.
+enum Secret {
+    None,
+    /// `n, e, p, q, dP, dQ, qInv` (a key without primes has no engine form).
+    Rsa(Option<[Zeroizing<Vec<u8>>; 7]>),
+    Aes(Zeroizing<Vec<u8>>),
+}
+
+fn find(t: &[Attribute], kind: CK_ATTRIBUTE_TYPE) -> Option<&Attribute> {
+    t.iter().find(|a| a.kind == kind)
+}
+
+fn ulong(t: &[Attribute], kind: CK_ATTRIBUTE_TYPE) -> CkResult<Option<CK_ULONG>> {
+    find(t, kind).map(|a| a.as_ulong()).transpose()
+}
+
+fn bytes(t: &[Attribute], kind: CK_ATTRIBUTE_TYPE) -> Option<Zeroizing<Vec<u8>>> {
+    find(t, kind).map(|a| Zeroizing::new(a.value.clone()))
+}
+
+/// Secret values of a new object, from the template or from an unwrapped key.
+pub enum Material {
+    /// Taken from the template (`C_CreateObject`).
+    Template,
+    /// A private key from `C_UnwrapKey` (PKCS#8 DER).
+    Pkcs8(Zeroizing<Vec<u8>>),
+    /// A secret key value from `C_UnwrapKey`.
+    Value(Zeroizing<Vec<u8>>),
+}
+
+/// Strips leading zero bytes (values given with a sign byte or padding).
+fn trim(b: &[u8]) -> Zeroizing<Vec<u8>> {
+    let i = b.iter().position(|x| *x != 0).unwrap_or(b.len());
+    Zeroizing::new(b[i..].to_vec())
+}
+
+/// `n, e, p, q, dP, dQ, qInv` from a template; missing CRT values are computed from the
+/// primes, a key without primes gets `None` (kept, but served by no engine).
+fn rsa_from_template(t: &[Attribute]) -> CkResult<Option<[Zeroizing<Vec<u8>>; 7]>> {
+    let get = |k| bytes(t, k).map(|b| trim(&b));
+    let n = get(CKA_MODULUS).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+    let d = get(CKA_PRIVATE_EXPONENT).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+    let e = get(CKA_PUBLIC_EXPONENT).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+    if n.is_empty() || d.is_empty() || e.is_empty() {
+        return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+    }
+    let (Some(p), Some(q)) = (get(CKA_PRIME_1), get(CKA_PRIME_2)) else {
+        return Ok(None);
+    };
+    let bad = |_| CKR_ATTRIBUTE_VALUE_INVALID;
+    let bn = |b: &[u8]| BigNum::from_slice(b).map_err(bad);
+    let mut ctx = openssl::bn::BigNumContext::new().map_err(|_| CKR_HOST_MEMORY)?;
+    let mut crt = |given: Option<Zeroizing<Vec<u8>>>, prime: &[u8]| -> CkResult<_> {
+        if let Some(v) = given {
+            return Ok(v);
+        }
+        let mut pm1 = bn(prime)?;
+        pm1.sub_word(1).map_err(bad)?;
+        let mut r = BigNum::new().map_err(bad)?;
+        r.nnmod(&*bn(&d)?, &pm1, &mut ctx).map_err(bad)?;
+        Ok(Zeroizing::new(r.to_vec()))
+    };
+    let dp = crt(get(CKA_EXPONENT_1), &p)?;
+    let dq = crt(get(CKA_EXPONENT_2), &q)?;
+    let qinv = match get(CKA_COEFFICIENT) {
+        Some(v) => v,
+        None => {
+            let mut r = BigNum::new().map_err(bad)?;
+            r.mod_inverse(&*bn(&q)?, &*bn(&p)?, &mut ctx).map_err(bad)?;
+            Zeroizing::new(r.to_vec())
+        }
+    };
+    Ok(Some([n, e, p, q, dp, dq, qinv]))
+}
+
+fn rsa_from_pkcs8(der: &[u8]) -> CkResult<[Zeroizing<Vec<u8>>; 7]> {
+    let pkey = PKey::private_key_from_der(der).map_err(|_| CKR_WRAPPED_KEY_INVALID)?;
+    let rsa = pkey.rsa().map_err(|_| CKR_WRAPPED_KEY_INVALID)?;
+    let parts = crate::rsa::parts_of(&rsa).ok_or(CKR_WRAPPED_KEY_INVALID)?;
+    Ok(parts.map(Zeroizing::new))
+}
+
+impl Object {
+    /// A new object from `template` and its secret `material`.
+    pub fn new(
+        template: &[Attribute],
+        material: Material,
+        session: CK_SESSION_HANDLE,
+    ) -> CkResult<Object> {
+        if find(template, CKA_TOKEN).map(|a| a.as_bool()).transpose()? == Some(true) {
+            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+        }
+        let class = ulong(template, CKA_CLASS)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+        let key_type = ulong(template, CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+        let from_template = matches!(material, Material::Template);
+        if !from_template && SECRET.iter().any(|k| find(template, *k).is_some()) {
+            return Err(CKR_TEMPLATE_INCONSISTENT);
+        }
+        let mut attrs = vec![
+            Attribute::ulong(CKA_CLASS, class),
+            Attribute::ulong(CKA_KEY_TYPE, key_type),
+            Attribute::bool(CKA_TOKEN, false),
+            Attribute::bool(CKA_LOCAL, false),
+        ];
+        let secret = match (class, key_type, material) {
+            (CKO_PRIVATE_KEY, CKK_RSA, m) => {
+                let parts = match m {
+                    Material::Template => rsa_from_template(template)?,
+                    Material::Pkcs8(der) => Some(rsa_from_pkcs8(&der)?),
+                    Material::Value(_) => return Err(CKR_TEMPLATE_INCONSISTENT),
+                };
+                let (n, e) = match &parts {
+                    Some(p) => (p[0].clone(), p[1].clone()),
+                    None => (
+                        trim(&bytes(template, CKA_MODULUS).unwrap_or_default()),
+                        trim(&bytes(template, CKA_PUBLIC_EXPONENT).unwrap_or_default()),
+                    ),
+                };
+                attrs.push(Attribute::new(CKA_MODULUS, n.to_vec()));
+                attrs.push(Attribute::new(CKA_PUBLIC_EXPONENT, e.to_vec()));
+                Secret::Rsa(parts)
+            }
+            (CKO_PUBLIC_KEY, CKK_RSA, Material::Template) => {
+                let n = bytes(template, CKA_MODULUS).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+                let e = bytes(template, CKA_PUBLIC_EXPONENT).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+                let bits = BigNum::from_slice(&n).map_or(0, |b| b.num_bits());
+                attrs.push(Attribute::new(CKA_MODULUS, trim(&n).to_vec()));
+                attrs.push(Attribute::new(CKA_PUBLIC_EXPONENT, trim(&e).to_vec()));
+                attrs.push(Attribute::ulong(CKA_MODULUS_BITS, bits as CK_ULONG));
+                Secret::None
+            }
+            (CKO_SECRET_KEY, CKK_AES, m) => {
+                let v = match m {
+                    Material::Template => {
+                        bytes(template, CKA_VALUE).ok_or(CKR_TEMPLATE_INCOMPLETE)?
+                    }
+                    Material::Value(v) => v,
+                    Material::Pkcs8(_) => return Err(CKR_TEMPLATE_INCONSISTENT),
+                };
+                if ![16, 24, 32].contains(&v.len()) {
+                    return Err(if from_template {
+                        CKR_ATTRIBUTE_VALUE_INVALID
+                    } else {
+                        CKR_WRAPPED_KEY_INVALID
+                    });
+                }
+                if let Some(l) = ulong(template, CKA_VALUE_LEN)? {
+                    if l as usize != v.len() {
+                        return Err(CKR_TEMPLATE_INCONSISTENT);
+                    }
+                }
+                attrs.push(Attribute::ulong(CKA_VALUE_LEN, v.len() as CK_ULONG));
+                Secret::Aes(v)
+            }
+            (CKO_PRIVATE_KEY | CKO_PUBLIC_KEY | CKO_SECRET_KEY, _, _) => {
+                return Err(CKR_ATTRIBUTE_VALUE_INVALID)
+            }
+            _ => return Err(CKR_ATTRIBUTE_VALUE_INVALID),
+        };
+        for k in FLAGS {
+            let v = find(template, k).map(|a| a.as_bool()).transpose()?;
+            attrs.push(Attribute::bool(k, v.unwrap_or(false)));
+        }
+        for k in PLAIN {
+            attrs.push(Attribute::new(
+                k,
+                find(template, k)
+                    .map(|a| a.value.clone())
+                    .unwrap_or_default(),
+            ));
+        }
+        let sensitive = matches!(secret, Secret::Rsa(_) | Secret::Aes(_));
+        attrs.push(Attribute::bool(CKA_ALWAYS_SENSITIVE, false));
+        attrs.push(Attribute::bool(CKA_NEVER_EXTRACTABLE, false));
+        if sensitive && class == CKO_PRIVATE_KEY {
+            let bits = attrs
+                .iter()
+                .find(|a| a.kind == CKA_MODULUS)
+                .and_then(|a| BigNum::from_slice(&a.value).ok())
+                .map_or(0, |b| b.num_bits());
+            attrs.push(Attribute::ulong(CKA_MODULUS_BITS, bits as CK_ULONG));
+        }
+        Ok(Object {
+            class,
+            key_type,
+            session,
+            attrs,
+            secret,
+            rsa: OnceLock::new(),
+        })
+    }
+
+    /// A boolean attribute (false when absent).
+    pub fn flag(&self, kind: CK_ATTRIBUTE_TYPE) -> bool {
+        self.attrs
+            .iter()
+            .any(|a| a.kind == kind && a.value.first() == Some(&1))
+    }
+
+    /// Whether `CKA_ALLOWED_MECHANISMS` (empty: all) lets `mech` run.
+    pub fn allows(&self, mech: CK_MECHANISM_TYPE) -> bool {
+        let Some(a) = self.attrs.iter().find(|a| a.kind == CKA_ALLOWED_MECHANISMS) else {
+            return true;
+        };
+        let w = std::mem::size_of::<CK_ULONG>();
+        a.value.is_empty()
+            || a.value
+                .chunks_exact(w)
+                .any(|c| CK_ULONG::from_ne_bytes(c.try_into().expect("chunk size")) == mech)
+    }
+
+    /// `C_GetAttributeValue` for one type.
+    pub fn attribute(&self, kind: CK_ATTRIBUTE_TYPE) -> AttrValue {
+        if SECRET.contains(&kind) && !matches!(self.secret, Secret::None) {
+            return AttrValue::Sensitive;
+        }
+        match self.attrs.iter().find(|a| a.kind == kind) {
+            Some(a) => AttrValue::Value(a.value.clone()),
+            None => AttrValue::Invalid,
+        }
+    }
+
+    /// Whether every attribute of `template` has this object's value.
+    pub fn matches(&self, template: &[Attribute]) -> bool {
+        template
+            .iter()
+            .all(|t| matches!(self.attribute(t.kind), AttrValue::Value(v) if v == t.value))
+    }
+
+    /// The AES key value of a secret key.
+    pub fn aes_value(&self) -> Option<&[u8]> {
+        match &self.secret {
+            Secret::Aes(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The engine form of an RSA private key, built on first use. A key the engine cannot
+    /// serve answers `CKR_KEY_SIZE_RANGE` (the framework then uses the next provider).
+    pub fn rsa(&self) -> CkResult<Arc<RsaKey>> {
+        let Secret::Rsa(parts) = &self.secret else {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        };
+        self.rsa
+            .get_or_init(|| {
+                let p = parts.as_ref().ok_or(CKR_KEY_SIZE_RANGE)?;
+                RsaKey::new(&RsaParts::from_array(p)).map(Arc::new)
+            })
+            .clone()
+    }
+}

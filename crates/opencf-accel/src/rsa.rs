@@ -1,0 +1,328 @@
+//! An RSA private key in the engine's form, and the raw private operation around the
+//! engine: blinding, the two CRT halves, recombination, the check with the public exponent,
+//! unblinding.
+//!
+//! The form is computed once per key object ([`RsaKey::new`]) with OpenSSL: the primes'
+//! Montgomery constants, the CRT exponents, `qInv` in Montgomery form, and blinding factors.
+//! An operation is split in three so that the scheduler's worker runs only the engine:
+//! [`RsaKey::begin`] (caller's thread: blind), the half-exponentiations (a worker, batched),
+//! [`RsaKey::finish`] (caller's thread: recombine, verify, unblind).
+
+use crate::ct::{self, Mont};
+use crate::engine::{self, be_from_words, repack, words, words_from_be, Job, Kind, Prime};
+use opencf_abi::sys::*;
+use opencf_abi::CkResult;
+use openssl::bn::{BigNum, BigNumContext, BigNumRef};
+use openssl::pkey::{PKey, Private};
+use openssl::rsa::Rsa;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use zeroize::Zeroizing;
+
+/// A secret number in 64-bit limbs.
+type Limbs = Zeroizing<Vec<u64>>;
+
+/// Modulus sizes the engine serves.
+pub const SIZES: [usize; 3] = [2048, 3072, 4096];
+
+/// Blinding factors are squared after each use and drawn afresh after this many uses (as
+/// OpenSSL does).
+const BLINDING_USES: u32 = 32;
+/// Independent blinding states per key, so that threads using one key rarely wait.
+const BLINDING_SLOTS: usize = 4;
+
+/// `(A·R, A⁻¹·R) mod n` with `A = r^e` for a random `r`.
+struct Blinding {
+    a: Zeroizing<Vec<u64>>,
+    ai: Zeroizing<Vec<u64>>,
+    uses: u32,
+}
+
+/// The values of an RSA private key, as big-endian bytes.
+pub struct RsaParts<'a> {
+    /// `n`.
+    pub n: &'a [u8],
+    /// `e`.
+    pub e: &'a [u8],
+    /// `p`.
+    pub p: &'a [u8],
+    /// `q`.
+    pub q: &'a [u8],
+    /// `d mod (p−1)`.
+    pub dp: &'a [u8],
+    /// `d mod (q−1)`.
+    pub dq: &'a [u8],
+    /// `q⁻¹ mod p`.
+    pub qinv: &'a [u8],
+}
+
+impl<'a> RsaParts<'a> {
+    /// The parts in the order `n, e, p, q, dP, dQ, qInv`.
+    pub fn from_array<T: AsRef<[u8]>>(a: &'a [T; 7]) -> RsaParts<'a> {
+        let [n, e, p, q, dp, dq, qinv] = a.each_ref().map(|x| x.as_ref());
+        RsaParts {
+            n,
+            e,
+            p,
+            q,
+            dp,
+            dq,
+            qinv,
+        }
+    }
+}
+
+/// An RSA private key ready for the engine.
+pub struct RsaKey {
+    /// Modulus bits.
+    pub bits: usize,
+    /// Modulus bytes (`k`).
+    pub k: usize,
+    n_be: Vec<u8>,
+    e_be: Vec<u8>,
+    /// The CRT halves in the engine's form.
+    pub p: Prime,
+    /// The second prime.
+    pub q: Prime,
+    pm: Mont,
+    pw: Zeroizing<Vec<u64>>,
+    qw: Zeroizing<Vec<u64>>,
+    qinv_r: Zeroizing<Vec<u64>>,
+    nm: Mont,
+    n_bn: BigNum,
+    e_bn: BigNum,
+    blinding: Vec<Mutex<Option<Blinding>>>,
+    next: AtomicUsize,
+    /// The same key with every exponent 1: OpenSSL's padding code applied to a value
+    /// without exponentiation (see `mech.rs`).
+    pub identity: PKey<Private>,
+}
+
+/// An operation between [`RsaKey::begin`] and [`RsaKey::finish`].
+pub struct Pending {
+    /// The blinded input `c·A mod n`.
+    blinded: Zeroizing<Vec<u64>>,
+    ai: Zeroizing<Vec<u64>>,
+    /// The engine's base for `p`.
+    pub base_p: Zeroizing<Vec<u64>>,
+    /// The engine's base for `q`.
+    pub base_q: Zeroizing<Vec<u64>>,
+}
+
+fn bn(b: &[u8]) -> CkResult<BigNum> {
+    BigNum::from_slice(b).map_err(|_| CKR_HOST_MEMORY)
+}
+
+impl RsaKey {
+    /// Converts a key. A key the engine cannot serve (size other than 2048/3072/4096 bits,
+    /// primes not of half the modulus size, inconsistent values) is `CKR_KEY_SIZE_RANGE`, a
+    /// recoverable error: the framework moves to the next provider.
+    pub fn new(parts: &RsaParts) -> CkResult<RsaKey> {
+        let err = |_| CKR_KEY_SIZE_RANGE;
+        let n = bn(parts.n)?;
+        let e = bn(parts.e)?;
+        let p = bn(parts.p)?;
+        let q = bn(parts.q)?;
+        let dp = bn(parts.dp)?;
+        let dq = bn(parts.dq)?;
+        let qinv = bn(parts.qinv)?;
+        let bits = n.num_bits() as usize;
+        let half = bits / 2;
+        if !SIZES.contains(&bits)
+            || p.num_bits() as usize != half
+            || q.num_bits() as usize != half
+            || !p.is_bit_set(0)
+            || !q.is_bit_set(0)
+            || e.num_bits() < 2
+            || e.num_bits() > 64
+            || dp.ucmp(&p).is_ge()
+            || dq.ucmp(&q).is_ge()
+            || qinv.ucmp(&p).is_ge()
+        {
+            return Err(CKR_KEY_SIZE_RANGE);
+        }
+        let mut ctx = BigNumContext::new().map_err(|_| CKR_HOST_MEMORY)?;
+        let mut prod = BigNum::new().map_err(|_| CKR_HOST_MEMORY)?;
+        prod.checked_mul(&p, &q, &mut ctx).map_err(err)?;
+        if prod != n {
+            return Err(CKR_KEY_SIZE_RANGE);
+        }
+        let hp = half.div_ceil(64);
+        let pm = Mont::new(&p, hp).map_err(err)?;
+        let qinv_r = pm.to_mont_bn(&qinv).map_err(err)?;
+        let one = BigNum::from_u32(1).map_err(err)?;
+        let identity = (|| {
+            let rsa = Rsa::from_private_components(
+                n.to_owned()?,
+                one.to_owned()?,
+                one.to_owned()?,
+                p.to_owned()?,
+                q.to_owned()?,
+                one.to_owned()?,
+                one.to_owned()?,
+                qinv.to_owned()?,
+            )?;
+            let der = Zeroizing::new(rsa.private_key_to_der()?);
+            PKey::private_key_from_der(&der)
+        })()
+        .map_err(|_| CKR_FUNCTION_FAILED)?;
+        Ok(RsaKey {
+            bits,
+            k: bits / 8,
+            n_be: n.to_vec(),
+            e_be: e.to_vec(),
+            p: Prime::new(&p, &dp).map_err(err)?,
+            q: Prime::new(&q, &dq).map_err(err)?,
+            pw: words(&p, hp).map_err(err)?,
+            qw: words(&q, hp).map_err(err)?,
+            pm,
+            qinv_r,
+            nm: Mont::new(&n, bits / 64).map_err(err)?,
+            n_bn: n,
+            e_bn: e,
+            blinding: (0..BLINDING_SLOTS).map(|_| Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            identity,
+        })
+    }
+
+    /// The modulus, big-endian, `k` bytes.
+    pub fn modulus(&self) -> &[u8] {
+        &self.n_be
+    }
+
+    /// The public exponent, big-endian.
+    pub fn public_exponent(&self) -> &[u8] {
+        &self.e_be
+    }
+
+    fn fresh_blinding(&self) -> CkResult<Blinding> {
+        let fail = |_| CKR_FUNCTION_FAILED;
+        let mut ctx = BigNumContext::new().map_err(fail)?;
+        loop {
+            let mut r = BigNum::new().map_err(fail)?;
+            self.n_bn.rand_range(&mut r).map_err(fail)?;
+            let mut ai = BigNum::new().map_err(fail)?;
+            if r.num_bits() < 2 || ai.mod_inverse(&r, &self.n_bn, &mut ctx).is_err() {
+                continue;
+            }
+            let mut a = BigNum::new().map_err(fail)?;
+            a.mod_exp(&r, &self.e_bn, &self.n_bn, &mut ctx)
+                .map_err(fail)?;
+            return Ok(Blinding {
+                a: self.nm.to_mont_bn(&a).map_err(fail)?,
+                ai: self.nm.to_mont_bn(&ai).map_err(fail)?,
+                uses: 0,
+            });
+        }
+    }
+
+    /// A pair of blinding factors `(A·R, A⁻¹·R)`, each used once.
+    fn blinding_pair(&self) -> CkResult<(Limbs, Limbs)> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = (0..BLINDING_SLOTS)
+            .find_map(|i| self.blinding[(start + i) % BLINDING_SLOTS].try_lock().ok())
+            .map_or_else(|| self.blinding[start % BLINDING_SLOTS].lock(), Ok);
+        let mut g = slot.unwrap_or_else(|e| e.into_inner());
+        if g.as_ref().is_none_or(|b| b.uses >= BLINDING_USES) {
+            *g = Some(self.fresh_blinding()?);
+        }
+        let b = g.as_mut().expect("set above");
+        let pair = (b.a.clone(), b.ai.clone());
+        // (A·R)² / R = A²·R: the next pair is (A², A⁻²).
+        b.a = self.nm.mul(&b.a, &b.a);
+        b.ai = self.nm.mul(&b.ai, &b.ai);
+        b.uses += 1;
+        Ok(pair)
+    }
+
+    /// Blinds the input `c` (`k` big-endian bytes, below `n`: the caller checks).
+    pub fn begin(&self, c: &[u8]) -> CkResult<Pending> {
+        let cw = Zeroizing::new(words_from_be(c, self.nm.limbs()));
+        let (a, ai) = self.blinding_pair()?;
+        let blinded = self.nm.mul(&cw, &a);
+        Ok(Pending {
+            base_p: self.p.base(&blinded),
+            base_q: self.q.base(&blinded),
+            blinded,
+            ai,
+        })
+    }
+
+    /// Recombines the halves `m1 = c'^dP mod p`, `m2 = c'^dQ mod q` (52-bit limbs), checks
+    /// the result with the public exponent and unblinds it. A result that does not check
+    /// (a fault in the engine) is `CKR_DEVICE_ERROR` and is never released.
+    pub fn finish(&self, pend: &Pending, m1: &[u64], m2: &[u64]) -> CkResult<Zeroizing<Vec<u8>>> {
+        let hp = self.pw.len();
+        let m1 = Zeroizing::new(repack(m1, 52, 64, hp));
+        let m2 = Zeroizing::new(repack(m2, 52, 64, hp));
+        let mut t = Zeroizing::new(vec![0u64; hp]);
+        // m2 mod p: q < 2p (equal sizes), so one conditional subtraction.
+        let below = ct::sub(&m2, &self.pw, &mut t);
+        let mut m2p = Zeroizing::new(vec![0u64; hp]);
+        ct::select(below, &t, &m2, &mut m2p);
+        // (m1 − m2) mod p.
+        let borrow = ct::sub(&m1, &m2p, &mut t);
+        let pmask: Zeroizing<Vec<u64>> =
+            Zeroizing::new(self.pw.iter().map(|x| x & borrow.wrapping_neg()).collect());
+        let mut d = Zeroizing::new(vec![0u64; hp]);
+        ct::add(&t, &pmask, &mut d);
+        // h = (m1 − m2)·qInv mod p; m = m2 + h·q.
+        let h = self.pm.mul(&d, &self.qinv_r);
+        let mut m = Zeroizing::new(vec![0u64; 2 * hp]);
+        ct::mul(&h, &self.qw, &mut m);
+        let mut m2x = Zeroizing::new(vec![0u64; 2 * hp]);
+        m2x[..hp].copy_from_slice(&m2);
+        let mut sum = Zeroizing::new(vec![0u64; 2 * hp]);
+        ct::add(&m, &m2x, &mut sum);
+        if !ct::equal(&self.nm.pow_public(&sum, &self.e_be), &pend.blinded) {
+            return Err(CKR_DEVICE_ERROR);
+        }
+        let out = self.nm.mul(&sum, &pend.ai);
+        Ok(Zeroizing::new(be_from_words(&out, self.k)))
+    }
+
+    /// The raw private operation `c^d mod n` on `kind`, without the scheduler.
+    pub fn private_raw(&self, kind: Kind, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+        let pend = self.begin(c)?;
+        let r = engine::half_exps(
+            kind,
+            &[
+                Job {
+                    prime: &self.p,
+                    base: &pend.base_p,
+                },
+                Job {
+                    prime: &self.q,
+                    base: &pend.base_q,
+                },
+            ],
+        );
+        self.finish(&pend, &r[0], &r[1])
+    }
+
+    /// Whether `c` (`k` big-endian bytes) is below the modulus (public data).
+    pub fn below_modulus(&self, c: &[u8]) -> bool {
+        c.len() == self.k && c < self.n_be.as_slice()
+    }
+}
+
+/// The parts of an OpenSSL RSA key (tests, and keys given by value or unwrapped).
+pub fn parts_of(rsa: &Rsa<Private>) -> Option<[Vec<u8>; 7]> {
+    let v = |b: Option<&BigNumRef>| b.map(|x| x.to_vec());
+    Some([
+        rsa.n().to_vec(),
+        rsa.e().to_vec(),
+        v(rsa.p())?,
+        v(rsa.q())?,
+        v(rsa.dmp1())?,
+        v(rsa.dmq1())?,
+        v(rsa.iqmp())?,
+    ])
+}
+
+/// Builds the engine form of an OpenSSL key.
+pub fn from_openssl(rsa: &Rsa<Private>) -> CkResult<RsaKey> {
+    let p = parts_of(rsa).ok_or(CKR_KEY_SIZE_RANGE)?;
+    RsaKey::new(&RsaParts::from_array(&p))
+}

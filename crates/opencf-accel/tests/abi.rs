@@ -1,0 +1,342 @@
+//! `libopencf_accel.so` through its C ABI (the `cryptoki` crate as the consumer): keys by
+//! value and by AES-KWP unwrap, signatures (PKCS#1 v1.5, PSS) and OAEP decryption checked
+//! with OpenSSL, eight threads at once, the fault switch, and the rules on sensitive values
+//! and token objects.
+//!
+//! Build first: `cargo build --release -p opencf-accel` (cargo test builds the library too).
+
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use cryptoki::error::{Error, RvError};
+use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsOaepParams, PkcsOaepSource, PkcsPssParams};
+use cryptoki::mechanism::{Mechanism, MechanismType};
+use cryptoki::object::{
+    Attribute, AttributeInfo, AttributeType, KeyType, ObjectClass, ObjectHandle,
+};
+use cryptoki::session::Session;
+use openssl::hash::MessageDigest;
+use openssl::pkey::{PKey, Private};
+use openssl::rsa::{Padding, Rsa};
+use openssl::sign::{RsaPssSaltlen, Verifier};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// The newer of `target/release/libopencf_accel.so` and its copy in `deps/`.
+fn library() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap();
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let top = root.join("target/release/libopencf_accel.so");
+    let deps = root.join("target/release/deps/libopencf_accel.so");
+    match (age(&top), age(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => top,
+    }
+}
+
+fn module() -> &'static Pkcs11 {
+    static M: OnceLock<Pkcs11> = OnceLock::new();
+    M.get_or_init(|| {
+        let p = Pkcs11::new(library()).expect("load libopencf_accel.so");
+        p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+            .unwrap();
+        p
+    })
+}
+
+fn session() -> Session {
+    let p = module();
+    let slot = p.get_slots_with_token().unwrap()[0];
+    p.open_rw_session(slot).unwrap()
+}
+
+/// Whether the provider serves RSA here; prints why not.
+fn engine_here() -> bool {
+    let p = module();
+    let slot = p.get_slots_with_token().unwrap()[0];
+    let mechs = p.get_mechanism_list(slot).unwrap();
+    let rsa = mechs.contains(&MechanismType::RSA_PKCS);
+    let ifma = opencf_accel::engine::provider_engine().is_some();
+    assert_eq!(
+        rsa, ifma,
+        "RSA mechanisms are listed exactly when the IFMA engine serves"
+    );
+    if !rsa {
+        eprintln!(
+            "SKIP: no RSA engine on this CPU (or OPENCF_ACCEL_DISABLE=ifma); engine cases skipped"
+        );
+    }
+    rsa
+}
+
+fn private_template(key: &Rsa<Private>) -> Vec<Attribute> {
+    vec![
+        Attribute::Class(ObjectClass::PRIVATE_KEY),
+        Attribute::KeyType(KeyType::RSA),
+        Attribute::Token(false),
+        Attribute::Sign(true),
+        Attribute::Decrypt(true),
+        Attribute::Modulus(key.n().to_vec()),
+        Attribute::PublicExponent(key.e().to_vec()),
+        Attribute::PrivateExponent(key.d().to_vec()),
+        Attribute::Prime1(key.p().unwrap().to_vec()),
+        Attribute::Prime2(key.q().unwrap().to_vec()),
+        Attribute::Exponent1(key.dmp1().unwrap().to_vec()),
+        Attribute::Exponent2(key.dmq1().unwrap().to_vec()),
+        Attribute::Coefficient(key.iqmp().unwrap().to_vec()),
+    ]
+}
+
+fn pss256() -> Mechanism<'static> {
+    Mechanism::Sha256RsaPkcsPss(PkcsPssParams {
+        hash_alg: MechanismType::SHA256,
+        mgf: PkcsMgfType::MGF1_SHA256,
+        s_len: 32.into(),
+    })
+}
+
+fn verify(key: &Rsa<Private>, pss: bool, msg: &[u8], sig: &[u8]) -> bool {
+    let pkey = PKey::from_rsa(key.clone()).unwrap();
+    let mut v = Verifier::new(MessageDigest::sha256(), &pkey).unwrap();
+    if pss {
+        v.set_rsa_padding(Padding::PKCS1_PSS).unwrap();
+        v.set_rsa_pss_saltlen(RsaPssSaltlen::custom(32)).unwrap();
+    }
+    v.update(msg).unwrap();
+    v.verify(sig).unwrap()
+}
+
+/// Signs PKCS#1 v1.5 and PSS, decrypts OAEP with `h`; every result checked with OpenSSL.
+fn exercise(s: &Session, key: &Rsa<Private>, h: ObjectHandle, msg: &[u8]) {
+    let sig = s.sign(&Mechanism::Sha256RsaPkcs, h, msg).unwrap();
+    assert!(
+        verify(key, false, msg, &sig),
+        "PKCS#1 v1.5 signature verifies"
+    );
+    let sig = s.sign(&pss256(), h, msg).unwrap();
+    assert!(verify(key, true, msg, &sig), "PSS signature verifies");
+    let pkey = PKey::from_rsa(key.clone()).unwrap();
+    let mut ctx = openssl::pkey_ctx::PkeyCtx::new(&pkey).unwrap();
+    ctx.encrypt_init().unwrap();
+    ctx.set_rsa_padding(Padding::PKCS1_OAEP).unwrap();
+    ctx.set_rsa_oaep_md(openssl::md::Md::sha256()).unwrap();
+    ctx.set_rsa_mgf1_md(openssl::md::Md::sha256()).unwrap();
+    let mut ct = vec![];
+    ctx.encrypt_to_vec(&msg[..32], &mut ct).unwrap();
+    let oaep = Mechanism::RsaPkcsOaep(PkcsOaepParams::new(
+        MechanismType::SHA256,
+        PkcsMgfType::MGF1_SHA256,
+        PkcsOaepSource::empty(),
+    ));
+    assert_eq!(
+        s.decrypt(&oaep, h, &ct).unwrap(),
+        &msg[..32],
+        "OAEP round trip"
+    );
+}
+
+fn rv(e: Error) -> RvError {
+    match e {
+        Error::Pkcs11(rv, _) => rv,
+        other => panic!("not a PKCS#11 error: {other:?}"),
+    }
+}
+
+#[test]
+fn token_and_object_rules() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let p = module();
+    let slot = p.get_slots_with_token().unwrap()[0];
+    let info = p.get_token_info(slot).unwrap();
+    assert_eq!(info.label(), "OpenCF Accelerator");
+    assert!(!info.login_required());
+    let s = session();
+    let key = Rsa::generate(2048).unwrap();
+    let mut t = private_template(&key);
+    t[2] = Attribute::Token(true);
+    assert_eq!(
+        rv(s.create_object(&t).unwrap_err()),
+        RvError::AttributeValueInvalid
+    );
+    t[2] = Attribute::Token(false);
+    t.push(Attribute::Label(b"rsa-a".to_vec()));
+    t.push(Attribute::Id(vec![7]));
+    let h = s.create_object(&t).unwrap();
+    // No secret value is ever returned.
+    for a in [
+        AttributeType::PrivateExponent,
+        AttributeType::Prime1,
+        AttributeType::Coefficient,
+    ] {
+        let info = s.get_attribute_info(h, &[a]).unwrap();
+        assert!(
+            matches!(info[..], [AttributeInfo::Sensitive]),
+            "{a:?}: {info:?}"
+        );
+    }
+    let got = s.get_attributes(h, &[AttributeType::Modulus]).unwrap();
+    assert_eq!(got, vec![Attribute::Modulus(key.n().to_vec())]);
+    let found = s
+        .find_objects(&[Attribute::Label(b"rsa-a".to_vec())])
+        .unwrap();
+    assert_eq!(found, vec![h]);
+    let found = s
+        .find_objects(&[
+            Attribute::Class(ObjectClass::PRIVATE_KEY),
+            Attribute::Id(vec![8]),
+        ])
+        .unwrap();
+    assert!(found.is_empty());
+    s.destroy_object(h).unwrap();
+    assert!(s
+        .find_objects(&[Attribute::Label(b"rsa-a".to_vec())])
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn by_value_and_by_unwrap() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !engine_here() {
+        return;
+    }
+    let s = session();
+    let msg: Vec<u8> = (0..100u8).collect();
+    for bits in [2048, 3072, 4096] {
+        let key = Rsa::generate(bits).unwrap();
+        let h = s.create_object(&private_template(&key)).unwrap();
+        exercise(&s, &key, h, &msg);
+    }
+    // As the framework moves a sensitive key in: a one-off AES-256 key by value, then KWP.
+    let key = Rsa::generate(2048).unwrap();
+    let kek: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(37)).collect();
+    let der = PKey::from_rsa(key.clone())
+        .unwrap()
+        .private_key_to_pkcs8()
+        .unwrap();
+    let mut wrapped = vec![0u8; der.len() + 16];
+    let mut c = openssl::cipher_ctx::CipherCtx::new().unwrap();
+    c.set_flags(openssl::cipher_ctx::CipherCtxFlags::FLAG_WRAP_ALLOW);
+    c.encrypt_init(
+        Some(openssl::cipher::Cipher::aes_256_wrap_pad()),
+        Some(&kek),
+        None,
+    )
+    .unwrap();
+    let n = c.cipher_update(&der, Some(&mut wrapped)).unwrap();
+    wrapped.truncate(n);
+    let wk = s
+        .create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::AES),
+            Attribute::Token(false),
+            Attribute::Private(false),
+            Attribute::Wrap(true),
+            Attribute::Unwrap(true),
+            Attribute::Sensitive(false),
+            Attribute::Extractable(true),
+            Attribute::Value(kek),
+        ])
+        .unwrap();
+    let h = s
+        .unwrap_key(
+            &Mechanism::AesKeyWrapPad,
+            wk,
+            &wrapped,
+            &[
+                Attribute::Class(ObjectClass::PRIVATE_KEY),
+                Attribute::KeyType(KeyType::RSA),
+                Attribute::Token(false),
+                Attribute::Private(false),
+                Attribute::Sign(true),
+                Attribute::Decrypt(true),
+                Attribute::Sensitive(true),
+                Attribute::Extractable(false),
+            ],
+        )
+        .unwrap();
+    s.destroy_object(wk).unwrap();
+    exercise(&s, &key, h, &msg);
+    // A key without CKA_SIGN may not sign.
+    let mut t = private_template(&key);
+    t[3] = Attribute::Sign(false);
+    let h = s.create_object(&t).unwrap();
+    assert_eq!(
+        rv(s.sign(&Mechanism::Sha256RsaPkcs, h, &msg).unwrap_err()),
+        RvError::KeyFunctionNotPermitted
+    );
+    // A size the engine does not serve: a recoverable error at init.
+    let small = Rsa::generate(1024).unwrap();
+    let h = s.create_object(&private_template(&small)).unwrap();
+    assert_eq!(
+        rv(s.sign(&Mechanism::Sha256RsaPkcs, h, &msg).unwrap_err()),
+        RvError::KeySizeRange
+    );
+}
+
+#[test]
+fn eight_threads_form_batches() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !engine_here() {
+        return;
+    }
+    let keys: Vec<Rsa<Private>> = [2048, 2048, 3072]
+        .iter()
+        .map(|b| Rsa::generate(*b).unwrap())
+        .collect();
+    std::thread::scope(|sc| {
+        for t in 0..8usize {
+            let keys = &keys;
+            sc.spawn(move || {
+                let s = session();
+                let hs: Vec<ObjectHandle> = keys
+                    .iter()
+                    .map(|k| s.create_object(&private_template(k)).unwrap())
+                    .collect();
+                for i in 0..12usize {
+                    let k = (t + i) % keys.len();
+                    let msg = format!("thread {t} message {i}");
+                    let pss = i % 2 == 0;
+                    let m = if pss {
+                        pss256()
+                    } else {
+                        Mechanism::Sha256RsaPkcs
+                    };
+                    let sig = s.sign(&m, hs[k], msg.as_bytes()).unwrap();
+                    assert!(
+                        verify(&keys[k], pss, msg.as_bytes(), &sig),
+                        "thread {t} op {i}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn fault_switch() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !engine_here() {
+        return;
+    }
+    let s = session();
+    let key = Rsa::generate(2048).unwrap();
+    let h = s.create_object(&private_template(&key)).unwrap();
+    std::env::set_var("OPENCF_ACCEL_FAULT", "engine-error");
+    let r = s.sign(&Mechanism::Sha256RsaPkcs, h, b"x");
+    std::env::set_var("OPENCF_ACCEL_FAULT", "busy");
+    let b = s.sign(&Mechanism::Sha256RsaPkcs, h, b"x");
+    std::env::remove_var("OPENCF_ACCEL_FAULT");
+    assert_eq!(
+        rv(r.unwrap_err()),
+        RvError::DeviceError,
+        "a corrupted result is never released"
+    );
+    assert_eq!(rv(b.unwrap_err()), RvError::DeviceMemory);
+    let sig = s.sign(&Mechanism::Sha256RsaPkcs, h, b"x").unwrap();
+    assert!(verify(&key, false, b"x", &sig));
+}

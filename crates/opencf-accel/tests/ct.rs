@@ -1,0 +1,120 @@
+//! A dudect-style constant-time check of the engine (ignored by default: it measures time).
+//!
+//! For one RSA-2048 half (1024-bit prime), eight-lane passes are timed with the secret data
+//! of class A fixed and of class B random, the classes interleaved at random; Welch's t-test
+//! on the timings (cropped at the 90th percentile) must stay below 4.5 in absolute value.
+//! Two secrets are tested: the base (the blinded input) and the exponent.
+//!
+//! `cargo test --release -p opencf-accel --test ct -- --ignored --nocapture`
+//! (`OPENCF_ACCEL_CT_SAMPLES`, default 4000 per class; `OPENCF_ACCEL_CT_ENGINE=portable`).
+
+use opencf_accel::engine::{self, Job, Kind, Prime};
+use openssl::bn::BigNum;
+use openssl::rand::rand_bytes;
+use std::time::Instant;
+
+fn welch(a: &[f64], b: &[f64]) -> f64 {
+    let stats = |x: &[f64]| {
+        let n = x.len() as f64;
+        let m = x.iter().sum::<f64>() / n;
+        let v = x.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (n - 1.0);
+        (m, v, n)
+    };
+    let (ma, va, na) = stats(a);
+    let (mb, vb, nb) = stats(b);
+    (ma - mb) / (va / na + vb / nb).sqrt()
+}
+
+fn crop(all: &mut [(bool, f64)]) -> (Vec<f64>, Vec<f64>) {
+    let mut t: Vec<f64> = all.iter().map(|x| x.1).collect();
+    t.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    let cut = t[t.len() * 9 / 10];
+    let pick = |class| {
+        all.iter()
+            .filter(|x| x.0 == class && x.1 <= cut)
+            .map(|x| x.1)
+            .collect()
+    };
+    (pick(true), pick(false))
+}
+
+fn random_words(n: usize) -> Vec<u64> {
+    let mut b = vec![0u8; n * 8];
+    rand_bytes(&mut b).unwrap();
+    b.chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn kind() -> Kind {
+    match std::env::var("OPENCF_ACCEL_CT_ENGINE").as_deref() {
+        Ok("portable") => Kind::Portable,
+        _ if engine::ifma_present() => Kind::Ifma,
+        _ => Kind::Portable,
+    }
+}
+
+/// Times `samples` passes per class; `job(class_a)` builds the pass input.
+fn measure(samples: usize, mut pass: impl FnMut(bool) -> f64) -> f64 {
+    let mut all = Vec::with_capacity(2 * samples);
+    let mut coin = [0u8; 1];
+    for _ in 0..2 * samples {
+        rand_bytes(&mut coin).unwrap();
+        let a = coin[0] & 1 == 0;
+        all.push((a, pass(a)));
+    }
+    let (a, b) = crop(&mut all);
+    welch(&a, &b)
+}
+
+#[test]
+#[ignore = "timing measurement; run by hand (docs/ACCEL.md)"]
+fn engine_is_constant_time() {
+    let samples: usize = std::env::var("OPENCF_ACCEL_CT_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4000);
+    let kind = kind();
+    let mut p = BigNum::new().unwrap();
+    p.generate_prime(1024, false, None, None).unwrap();
+    let mut d = BigNum::new().unwrap();
+    p.rand_range(&mut d).unwrap();
+    let prime = Prime::new(&p, &d).unwrap();
+    // Bases are 2048-bit values (the blinded input): 32 words.
+    let fixed_base = prime.base(&random_words(32));
+    let t_base = measure(samples, |a| {
+        let base = if a {
+            fixed_base.clone()
+        } else {
+            prime.base(&random_words(32))
+        };
+        let jobs: Vec<Job> = (0..8)
+            .map(|_| Job {
+                prime: &prime,
+                base: &base,
+            })
+            .collect();
+        let t = Instant::now();
+        std::hint::black_box(engine::half_exps(kind, &jobs));
+        t.elapsed().as_nanos() as f64
+    });
+    // Exponents: one fixed, one fresh random per sample (same prime, same base).
+    let base = prime.base(&random_words(32));
+    let t_exp = measure(samples, |a| {
+        let mut e = BigNum::new().unwrap();
+        p.rand_range(&mut e).unwrap();
+        let other = Prime::new(&p, if a { &d } else { &e }).unwrap();
+        let jobs: Vec<Job> = (0..8)
+            .map(|_| Job {
+                prime: &other,
+                base: &base,
+            })
+            .collect();
+        let t = Instant::now();
+        std::hint::black_box(engine::half_exps(kind, &jobs));
+        t.elapsed().as_nanos() as f64
+    });
+    eprintln!("{kind:?} engine, {samples} samples per class: t(base) = {t_base:.2}, t(exponent) = {t_exp:.2}");
+    assert!(t_base.abs() < 4.5, "base-dependent timing: t = {t_base}");
+    assert!(t_exp.abs() < 4.5, "exponent-dependent timing: t = {t_exp}");
+}

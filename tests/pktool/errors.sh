@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # Error reporting: wrong PIN, locked PIN, unknown object, ambiguous label, unreadable file,
 # wrong PKCS#12 password: a clear message naming the cause and the documented exit code
-# (2 usage, 3 token, 4 file, 5 object).
+# (2 usage, 3 token, 4 file, 5 no such object, 6 ambiguous, 7 wrong PIN, 8 locked PIN,
+# 9 wrong file password), and nothing in the token changes.
 source "$(dirname "$0")/lib.sh"
 init_pin
 PKTP genkeypair --keytype ec --label dup >/dev/null
-check "wrong PIN: CKR_PIN_INCORRECT, exit 3" 3 "logging in to token 'OpenCF Metaslot': C_Login returned CKR_PIN_INCORRECT" PKT --pin wrong-pin-0 list
-jcheck "wrong PIN in --json names the CKR" "d['ckr'] == 'CKR_PIN_INCORRECT' and d['exit'] == 3" \
+before="$(PKTP --json list)"
+check "wrong PIN: CKR_PIN_INCORRECT, exit 7" 7 "logging in to token 'OpenCF Metaslot': C_Login returned CKR_PIN_INCORRECT" PKT --pin wrong-pin-0 list
+jcheck "wrong PIN in --json names the CKR" "d['ckr'] == 'CKR_PIN_INCORRECT' and d['exit'] == 7" \
     bash -c "$PKTOOL --module $MODULE_LIB --pin wrong-pin-0 --json list; true"
 check "unknown object: exit 5" 5 "no object matches label='ghost'" PKTP export --label ghost
-check "ambiguous label: exit 5" 5 "2 objects match label='dup'; narrow it" PKTP export --label dup
+check "ambiguous label: exit 6" 6 "2 objects match label='dup'; narrow it" PKTP export --label dup
 check "unreadable PIN file: exit 4" 4 'cannot read the file .*no-such-pin holding the PIN' PKT --pin-file "$WORK/no-such-pin" list
 check "unreadable input file: exit 4" 4 'cannot read /nonexistent/key.pem' PKTP import -i /nonexistent/key.pem
 check "unwritable output: exit 4" 4 'cannot write /nonexistent/dir/out.pem' PKTP export --label dup --type public -o /nonexistent/dir/out.pem
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout k.pem -out c.pem -subj /CN=x 2>/dev/null
 openssl pkcs12 -export -inkey k.pem -in c.pem -out x.p12 -passout pass:right
-check "wrong PKCS#12 password: exit 4" 4 'wrong password' env P12=wrong "$PKTOOL" --module "$MODULE_LIB" --pin-file "$WORK/pin" import -i x.p12 --p12-pass-env P12
+check "wrong PKCS#12 password: exit 9" 9 'wrong password' env P12=wrong "$PKTOOL" --module "$MODULE_LIB" --pin-file "$WORK/pin" import -i x.p12 --p12-pass-env P12
 check "bad hex id: usage error" 2 'is not hex' PKTP list --id zz
 check "bad option: clap usage error" 2 'unexpected argument' PKTP list --bogus
+after="$(PKTP --json list)"
+if [ "$before" = "$after" ]; then pass "the failed commands changed nothing in the token"; else fail "the token changed" "$(diff <(echo "$before") <(echo "$after"))"; fi
 # Lock the user PIN: the softtoken locks it after 10 failures.
 for _ in $(seq 1 10); do PKT --pin wrong-pin-0 list >/dev/null 2>&1; done
-check "locked PIN: CKR_PIN_LOCKED, exit 3" 3 'CKR_PIN_LOCKED' PKTP list
+check "locked PIN: CKR_PIN_LOCKED, exit 8" 8 'CKR_PIN_LOCKED' PKTP list
 check "tokens shows the PIN locked" 0 'user PIN: locked' PKT tokens
 jcheck "json flag USER_PIN_LOCKED" "'USER_PIN_LOCKED' in d['slots'][0]['token']['flags']" PKT --json tokens
 finish

@@ -22,6 +22,6 @@ ok "same key as imported" bash -c "openssl pkey -in open.pem -pubout | cmp - <(o
 printf 'exp-pass\n' >pp
 ok "as PKCS#12 with its certificate" PKTP export --label open --type private --format pkcs12 --p12-pass-file pp -o open.p12
 ok "openssl opens the PKCS#12 (key and cert)" bash -c "openssl pkcs12 -in open.p12 -passin file:pp -nodes | grep -q 'BEGIN CERTIFICATE' && openssl pkcs12 -in open.p12 -passin file:pp -nodes | grep -q 'PRIVATE KEY'"
-check "ambiguous label: exit 5" 5 '3 objects match' PKTP export --label locked
+check "ambiguous label: exit 6" 6 '3 objects match' PKTP export --label locked
 check "stdout by default" 0 'BEGIN CERTIFICATE' PKTP export --label locked --type cert
 finish

@@ -15,7 +15,7 @@ ok "the imported key signs (pkcs11-tool)" P11 --login --pin "$PIN" --sign -m SHA
 ok "openssl dgst -verify accepts it" openssl dgst -sha256 -verify <(openssl x509 -in rsa.crt -pubkey -noout) -signature data.sig data
 check "unset password variable: usage error" 2 "NOPE_UNSET_VAR_X is not set" PKTP import -i user.p12 --p12-pass-env NOPE_UNSET_VAR_X
 printf 'wrong\n' >badpass
-check "wrong PKCS#12 password: exit 4 and message" 4 'cannot open the PKCS#12 file: wrong password' PKTP import -i user.p12 --p12-pass-file badpass
+check "wrong PKCS#12 password: exit 9 and message" 9 'cannot open the PKCS#12 file: wrong password' PKTP import -i user.p12 --p12-pass-file badpass
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out ec.pem 2>/dev/null
 jcheck "PEM EC private key (PKCS#8)" "d['created'][0]['curve'] == 'P-384' and d['created'][1]['class'] == 'public'" PKTP --json import -i ec.pem --label ec
 openssl pkey -in ec.pem -pubout -out ec.pub

@@ -62,5 +62,5 @@ check "second run: everything present, stuck key reported again" 3 'present .*la
 jcheck "json report names the reason" \
     "any(o['label'] == 'stuck' and o['status'] == 'not copied' and 'CKA_EXTRACTABLE=false' in o['reason'] for o in d['objects'])" \
     bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin --json migrate --from-module $SOFTHSM --from-token source --from-pin 1234; [ \$? -eq 3 ]"
-check "wrong source PIN named" 3 'CKR_PIN_INCORRECT' PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 9999
+check "wrong source PIN named" 7 'CKR_PIN_INCORRECT' PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 9999
 finish

@@ -5,11 +5,11 @@ check "object calls fail while the PIN is expired" 3 'CKR_PIN_EXPIRED' PKT --pin
 check "setpin on a fresh token uses 'changeme' itself" 0 "PIN of 'OpenCF Metaslot' changed" \
     PKT setpin --new-pin-file "$WORK/pin"
 check "list works with the new PIN" 0 'object\(s\)' PKTP list
-check "old PIN no longer works" 3 'CKR_PIN_INCORRECT' PKT --pin changeme list
+check "old PIN no longer works" 7 'CKR_PIN_INCORRECT' PKT --pin changeme list
 printf 'second-pin-5678\n' >"$WORK/pin2"
 check "change the user PIN again (old from --pin-file)" 0 'changed' PKTP setpin --new-pin-file "$WORK/pin2"
 check "new PIN from --pin-env works" 0 'object\(s\)' env P2=second-pin-5678 "$PKTOOL" --module "$MODULE_LIB" --pin-env P2 list
-check "wrong old PIN is named" 3 'CKR_PIN_INCORRECT' PKTP setpin --new-pin nope-1234
+check "wrong old PIN is named" 7 'CKR_PIN_INCORRECT' PKTP setpin --new-pin nope-1234
 check "SO PIN change (expired default supplied)" 0 'SO PIN' PKT --slot 1 setpin --so --new-pin so-pin-9876
 check "no PIN source and no terminal: clear message" 2 'no terminal' bash -c "setsid $PKTOOL --module $MODULE_LIB list </dev/null"
 finish

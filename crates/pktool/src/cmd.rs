@@ -640,7 +640,7 @@ fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Res
             let p = pass.get(&format!("password of {name}"))?;
             Item::Private(
                 PKey::private_key_from_pem_passphrase(&data, p.as_bytes()).map_err(|_| {
-                    Error::File(format!(
+                    Error::Password(format!(
                         "{name}: cannot decrypt the private key (wrong password?)"
                     ))
                 })?,
@@ -685,7 +685,7 @@ fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Res
             let p12 = Pkcs12::from_der(&data).map_err(|_| bad("PKCS#12 file"))?;
             let p = pass.get(&format!("password of {name}"))?;
             let parsed = p12.parse2(&p).map_err(|_| {
-                Error::File(format!(
+                Error::Password(format!(
                     "{name}: cannot open the PKCS#12 file: wrong password or damaged file (MAC check failed)"
                 ))
             })?;

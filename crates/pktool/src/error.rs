@@ -6,8 +6,16 @@ use std::fmt;
 pub const EXIT_TOKEN: i32 = 3;
 /// Exit code of a file, I/O or file-format failure.
 pub const EXIT_FILE: i32 = 4;
-/// Exit code when the named object is missing or the name matches several.
+/// Exit code when the named object is missing.
 pub const EXIT_OBJECT: i32 = 5;
+/// Exit code when the name matches several objects (or tokens).
+pub const EXIT_AMBIGUOUS: i32 = 6;
+/// Exit code of a wrong PIN (`CKR_PIN_INCORRECT`).
+pub const EXIT_PIN_INCORRECT: i32 = 7;
+/// Exit code of a locked PIN (`CKR_PIN_LOCKED`).
+pub const EXIT_PIN_LOCKED: i32 = 8;
+/// Exit code of a wrong password for an encrypted file (PKCS#12, encrypted PKCS#8).
+pub const EXIT_PASSWORD: i32 = 9;
 /// Exit code of a usage error found after argument parsing (clap's own is also 2).
 pub const EXIT_USAGE: i32 = 2;
 
@@ -25,6 +33,8 @@ pub enum Error {
     Ambiguous(String),
     /// Options that do not fit together.
     Usage(String),
+    /// The password of an encrypted file is wrong.
+    Password(String),
     /// A token-side failure whose details are already in the command's output (migrate).
     Reported(String),
 }
@@ -33,10 +43,15 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn exit_code(&self) -> i32 {
+        use cryptoki::error::{Error as Ck, RvError};
         match self {
+            Error::Token(_, Ck::Pkcs11(RvError::PinIncorrect, _)) => EXIT_PIN_INCORRECT,
+            Error::Token(_, Ck::Pkcs11(RvError::PinLocked, _)) => EXIT_PIN_LOCKED,
             Error::Token(..) | Error::TokenState(_) | Error::Reported(_) => EXIT_TOKEN,
             Error::File(_) => EXIT_FILE,
-            Error::NotFound(_) | Error::Ambiguous(_) => EXIT_OBJECT,
+            Error::Password(_) => EXIT_PASSWORD,
+            Error::NotFound(_) => EXIT_OBJECT,
+            Error::Ambiguous(_) => EXIT_AMBIGUOUS,
             Error::Usage(_) => EXIT_USAGE,
         }
     }
@@ -109,6 +124,7 @@ impl fmt::Display for Error {
             | Error::NotFound(m)
             | Error::Ambiguous(m)
             | Error::Usage(m)
+            | Error::Password(m)
             | Error::Reported(m) => f.write_str(m),
         }
     }

@@ -1,7 +1,7 @@
 //! pktool: key and certificate management for PKCS#11 tokens.
 //!
-//! Exit codes: 0 ok, 2 usage, 3 token/PKCS#11 error, 4 file/IO error, 5 object not found or
-//! ambiguous (docs/PKTOOL.md).
+//! Exit codes: 0 ok, 2 usage, 3 token/PKCS#11 error, 4 file/IO error, 5 object not found,
+//! 6 ambiguous name, 7 wrong PIN, 8 locked PIN, 9 wrong file password (docs/PKTOOL.md).
 #![forbid(unsafe_code)]
 
 mod cmd;
@@ -24,7 +24,8 @@ use std::path::PathBuf;
     version,
     about = "Manage keys and certificates in PKCS#11 tokens (OpenCF by default)",
     after_help = "Exit codes: 0 ok, 2 usage error, 3 token/PKCS#11 error, 4 file/IO error, \
-                  5 object not found or ambiguous."
+                  5 object not found, 6 ambiguous name, 7 wrong PIN, 8 locked PIN, \
+                  9 wrong file password."
 )]
 pub struct Cli {
     /// PKCS#11 module (default: libopencf.so beside pktool, else in $OPENCF_LIB_DIR)

@@ -638,16 +638,12 @@ fn aead_params(mech: &Mechanism) -> CkResult<(&[u8], &[u8], usize)> {
         (
             CKM_AES_GCM,
             MechParam::Gcm {
-                iv,
-                iv_bits,
-                aad,
-                tag_bits,
+                iv, aad, tag_bits, ..
             },
         ) => {
+            // `ulIvBits` is ignored: the specification says the IV length is `ulIvLen`, and
+            // some callers leave `ulIvBits` uninitialized.
             gcm_iv_ok(iv)?;
-            if *iv_bits != 0 && Some(*iv_bits) != (iv.len() as CK_ULONG).checked_mul(8) {
-                return Err(CKR_MECHANISM_PARAM_INVALID);
-            }
             Ok((iv, aad, gcm_tag_len(*tag_bits)?))
         }
         (CKM_CHACHA20_POLY1305, MechParam::ChaCha20Poly1305 { nonce, aad }) => {
@@ -2040,15 +2036,14 @@ mod tests {
             p(&gcm(&vec![0; GCM_MAX_IV + 1], b"", 128)),
             Some(CKR_MECHANISM_PARAM_INVALID)
         );
+        // `ulIvBits` is ignored, whatever it holds.
         let mut m = gcm(&[0; 12], b"", 128);
-        if let MechParam::Gcm { iv_bits, .. } = &mut m.param {
-            *iv_bits = 95;
+        for bits in [95, 0, 0x20e7_e5fa] {
+            if let MechParam::Gcm { iv_bits, .. } = &mut m.param {
+                *iv_bits = bits;
+            }
+            assert!(p(&m).is_none(), "ulIvBits {bits:#x}");
         }
-        assert_eq!(p(&m), Some(CKR_MECHANISM_PARAM_INVALID));
-        if let MechParam::Gcm { iv_bits, .. } = &mut m.param {
-            *iv_bits = 0;
-        }
-        assert!(p(&m).is_none());
         assert_eq!(
             p(&bytes_mech(CKM_AES_CBC, &[0; 15])),
             Some(CKR_MECHANISM_PARAM_INVALID)

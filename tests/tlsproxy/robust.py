@@ -6,10 +6,18 @@
                                     closed by the proxy (bounded wait), none may hang
   robust.py stall PORT SECONDS      a client that stops mid-handshake is dropped after the
                                     handshake timeout (SECONDS), not before, not much later
-  robust.py idle  PORT ECHO_PORT N CAFILE PID
-                                    runs an echo server on 127.0.0.1:ECHO_PORT, opens N TLS
-                                    connections through the proxy, holds them idle, prints the
-                                    proxy's RSS, then checks every one still echoes
+  robust.py idle  PORT N CAFILE PID [CMD…]
+                                    opens N TLS connections through the proxy (to an echo
+                                    service), holds them idle, prints the proxy's RSS, checks
+                                    that a new connection and CMD (a request elsewhere) work
+                                    meanwhile, that every one still echoes, and that a new
+                                    connection works after they are closed
+  robust.py echo  PORT              an echo service (a line `die` resets that connection);
+                                    ends with its parent
+  robust.py backend PORT BACK_PORT OTHER_PORT CAFILE
+                                    the application behind PORT is down, resets a connection,
+                                    is killed: that client is closed cleanly and quickly, the
+                                    others keep working
   robust.py hold  PORT CAFILE CMD…   a TLS connection is made, CMD runs (a reload), then the
                                     connection must still carry an HTTP request and its answer
 Every wait is bounded; exit status 0 on success.
@@ -19,6 +27,7 @@ import os
 import random
 import socket
 import ssl
+import struct
 import sys
 import time
 
@@ -133,10 +142,18 @@ def rss_kib(pid):
     return -1
 
 
-async def idle(port, echo_port, n, cafile, pid):
+async def echo_server(port):
+    """An echo service; a connection that sends a line `die` is reset (SO_LINGER 0), as when the
+    application crashes in the middle of a connection."""
+
     async def echo(reader, writer):
         try:
             while data := await reader.read(4096):
+                if b"die\n" in data:
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.CancelledError):
@@ -144,7 +161,32 @@ async def idle(port, echo_port, n, cafile, pid):
         finally:
             writer.close()
 
-    server = await asyncio.start_server(echo, HOST, echo_port, backlog=4096)
+    server = await asyncio.start_server(echo, HOST, port, backlog=4096)
+    # Ends with its parent (the test), whatever happens to it.
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(0.5)
+    server.close()
+
+
+def start_echo(port):
+    import subprocess
+
+    p = subprocess.Popen([sys.executable, __file__, "echo", str(port)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return p
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"echo server on {port} did not start")
+
+
+async def idle(port, n, cafile, pid, during_cmd):
+    """N idle connections through the proxy to the echo service (run by the caller, in another
+    process: with 10,000 connections each side needs 10,000 descriptors)."""
     ctx = ssl.create_default_context(cafile=cafile)
     sem = asyncio.Semaphore(64)
     before = rss_kib(pid)
@@ -155,18 +197,6 @@ async def idle(port, echo_port, n, cafile, pid):
                 asyncio.open_connection(HOST, port, ssl=ctx, server_hostname="localhost"), 30
             )
 
-    start = time.monotonic()
-    conns = await asyncio.gather(*[connect() for _ in range(n)], return_exceptions=True)
-    ok = [c for c in conns if not isinstance(c, BaseException)]
-    errs = [c for c in conns if isinstance(c, BaseException)]
-    took = time.monotonic() - start
-    await asyncio.sleep(1.0)
-    during = rss_kib(pid)
-    print(f"idle: {len(ok)}/{n} TLS connections open in {took:.1f}s; proxy RSS {before} KiB before, "
-          f"{during} KiB with them open ({(during - before) / max(1, len(ok)):.1f} KiB each)")
-    for e in errs[:3]:
-        print(f"  error: {e!r}")
-
     async def ping(i, rw):
         reader, writer = rw
         msg = f"ping {i}\n".encode()
@@ -174,14 +204,142 @@ async def idle(port, echo_port, n, cafile, pid):
         await writer.drain()
         return await asyncio.wait_for(reader.readexactly(len(msg)), 30) == msg
 
+    start = time.monotonic()
+    conns = await asyncio.gather(*[connect() for _ in range(n)], return_exceptions=True)
+    ok = [c for c in conns if not isinstance(c, BaseException)]
+    errs = [c for c in conns if isinstance(c, BaseException)]
+    took = time.monotonic() - start
+    await asyncio.sleep(2.0)
+    during = rss_kib(pid)
+    print(f"idle: {len(ok)}/{n} TLS connections open in {took:.1f}s; proxy RSS {before} KiB before, "
+          f"{during} KiB with them open ({(during - before) / max(1, len(ok)):.1f} KiB each)")
+    for e in errs[:3]:
+        print(f"  error: {e!r}")
+    async def one_more(when):
+        try:
+            extra = await connect()
+            good = await ping(-1, extra)
+            extra[1].close()
+            return good
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+            print(f"  new connection {when}: {e!r}")
+            return False
+
+    # While they are open: a new connection through the same instance, and the caller's request.
+    fresh_ok = await one_more(f"while {len(ok)} are open")
+    cmd_ok = True
+    if during_cmd:
+        proc = await asyncio.create_subprocess_exec(*during_cmd)
+        try:
+            cmd_ok = await asyncio.wait_for(proc.wait(), 30) == 0
+        except asyncio.TimeoutError:
+            proc.kill()
+            cmd_ok = False
+    print(f"idle: while open: a new connection echoes: {fresh_ok}; request through another "
+          f"instance: {cmd_ok}")
+    # Every idle connection is still open and relaying.
     async with asyncio.timeout(120):
         answers = await asyncio.gather(*[ping(i, rw) for i, rw in enumerate(ok)], return_exceptions=True)
     good = sum(1 for a in answers if a is True)
-    print(f"idle: {good}/{len(ok)} still echo after idling")
+    print(f"idle: {good}/{len(ok)} still echo after idling; proxy RSS {rss_kib(pid)} KiB")
     for _, w in ok:
         w.close()
-    server.close()
-    return len(ok) == n and good == n
+    await asyncio.sleep(1.0)
+    after_ok = await one_more("after closing them")
+    print(f"idle: closed; proxy RSS {rss_kib(pid)} KiB; a new connection echoes: {after_ok}")
+    return len(ok) == n and good == n and fresh_ok and cmd_ok and after_ok
+
+
+def end_of(t, wait=5.0):
+    """How the proxy ended a TLS connection: `close_notify`, `FIN` (TCP close without
+    close_notify), `reset`, `hang` (nothing within `wait` seconds), or `data`."""
+    start = time.monotonic()
+    t.settimeout(wait)
+    try:
+        while True:
+            data = t.recv(4096)
+            if not data:
+                kind = "close_notify"
+                break
+            if time.monotonic() - start > wait:
+                kind = "data"
+                break
+    except ssl.SSLEOFError:
+        kind = "FIN"
+    except (ConnectionResetError, BrokenPipeError):
+        kind = "reset"
+    except socket.timeout:
+        kind = "hang"
+    except (OSError, ssl.SSLError) as e:
+        kind = f"error {e!r}"
+    return kind, time.monotonic() - start
+
+
+def backend(port, back_port, other_port, cafile):
+    """The application behind the instance on PORT (its clear-text port BACK_PORT) is down, dies
+    mid-connection, or resets one connection: that client's TLS connection ends cleanly
+    (close_notify, or a TCP close), quickly; the other clients, and the instance on OTHER_PORT
+    (another application), keep working."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    clean = ("close_notify", "FIN")
+    results = []
+
+    def tls(p):
+        s = socket.create_connection((HOST, p), timeout=10)
+        return ctx.wrap_socket(s, server_hostname="localhost", suppress_ragged_eofs=False)
+
+    def echoes(t, msg=b"ping\n"):
+        try:
+            t.settimeout(10)
+            t.sendall(msg)
+            got = b""
+            while len(got) < len(msg):
+                chunk = t.recv(len(msg) - len(got))
+                if not chunk:
+                    return False
+                got += chunk
+            return got == msg
+        except (OSError, ssl.SSLError):
+            return False
+
+    def expect(name, ok, detail=""):
+        results.append(ok)
+        print(f"backend: {'ok ' if ok else 'BAD'} {name}{': ' + detail if detail else ''}")
+
+    def ended(name, t):
+        kind, took = end_of(t)
+        expect(name, kind in clean and took < 3, f"{kind} after {took:.2f}s")
+        t.close()
+
+    # 1. Nothing listening on the clear-text port.
+    ended("application port closed: handshake, then the proxy closes", tls(port))
+    t = tls(port)
+    t.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    ended("application port closed: request sent at once, then the proxy closes", t)
+    # 2. The application resets one connection: only that client is closed.
+    echo = start_echo(back_port)
+    try:
+        a, b, c, d = tls(port), tls(port), tls(port), tls(other_port)
+        expect("four connections relaying (three to the application, one elsewhere)",
+               all(echoes(x) for x in (a, b, c, d)))
+        a.sendall(b"die\n")
+        ended("the application resets one connection: that client", a)
+        expect("the other clients still relay", all(echoes(x) for x in (b, c, d)))
+        # 3. The application dies (SIGKILL) with connections open.
+        echo.kill()
+        echo.wait(10)
+        ended("the application is killed: a client of it", b)
+        ended("the application is killed: another client of it", c)
+        expect("a client of another application still relays", echoes(d))
+        d.close()
+        e = tls(other_port)
+        expect("a new connection to another instance relays", echoes(e))
+        e.close()
+        ended("a new connection to the dead application's instance: closed", tls(port))
+    finally:
+        echo.kill()
+        echo.wait(10)
+    return all(results)
 
 
 def hold(port, cafile, cmd):
@@ -209,7 +367,13 @@ def main():
         ok = stall(int(sys.argv[2]), float(sys.argv[3]))
     elif cmd == "idle":
         a = sys.argv
-        ok = asyncio.run(idle(int(a[2]), int(a[3]), int(a[4]), a[5], int(a[6])))
+        ok = asyncio.run(idle(int(a[2]), int(a[3]), a[4], int(a[5]), a[6:]))
+    elif cmd == "echo":
+        asyncio.run(echo_server(int(sys.argv[2])))
+        ok = True
+    elif cmd == "backend":
+        a = sys.argv
+        ok = backend(int(a[2]), int(a[3]), int(a[4]), a[5])
     elif cmd == "hold":
         ok = hold(int(sys.argv[2]), sys.argv[3], sys.argv[4:])
     else:

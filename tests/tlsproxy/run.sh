@@ -3,8 +3,8 @@
 # not extractable), curl and openssl over TLS 1.3 and 1.2 with RSA-2048 and ECDSA P-256,
 # PKCS#1 v1.5 signatures, resumption by session ID and ticket, fallback of a ClientHello the
 # proxy cannot serve, reload with SIGHUP keeping established connections, delete, robustness
-# (malformed/random/mutated first flights, a stalled handshake, 1,000 idle connections) and the
-# counters in `cryptoadm stat --json`.
+# (malformed/random/mutated first flights, a stalled handshake, 10,000 idle connections, the
+# application down, reset or killed) and the counters in `cryptoadm stat --json`.
 #
 # Every server listens on 127.0.0.1 on high ports; every wait is bounded; a trap kills every
 # process this script starts. Prints PASS/FAIL lines and `tlsproxy: N passed, M failed`.
@@ -13,7 +13,21 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 REL=$ROOT/target/release
 HERE=$ROOT/tests/tlsproxy
-IDLE_CONNS=${TLSPROXY_IDLE_CONNS:-1000}
+IDLE_CONNS=${TLSPROXY_IDLE_CONNS:-10000}
+
+# Descriptors: each idle connection holds two in the proxy (client and application side). Raise
+# the hard limit where allowed (root with CAP_SYS_RESOURCE), the soft one to the hard one; the
+# daemon started below inherits them. Where the limit is too low, the idle test runs at the
+# largest count it allows and says so.
+ulimit -Hn 65536 2>/dev/null
+ulimit -Sn "$(ulimit -Hn)" 2>/dev/null
+NOFILE=$(ulimit -Sn)
+[ "$NOFILE" = unlimited ] && NOFILE=1048576
+IDLE_NOTE=""
+if [ $((2 * IDLE_CONNS + 100)) -gt "$NOFILE" ]; then
+    IDLE_NOTE=" (asked for $IDLE_CONNS; descriptor limit $NOFILE, hard limit not raisable here, allows $(((NOFILE - 100) / 2)))"
+    IDLE_CONNS=$(((NOFILE - 100) / 2))
+fi
 
 for b in opencf-tlsproxy tlsproxycfg cryptoadm libopencf.so libopencf_softtoken.so; do
     [ -e "$REL/$b" ] || { echo "missing $REL/$b (cargo build --release -p opencf-tlsproxy -p opencf -p opencf-softtoken -p cryptoadm)"; exit 1; }
@@ -22,26 +36,9 @@ for t in curl openssl pkcs11-tool python3; do
     command -v "$t" >/dev/null || { echo "missing $t (scripts/install-deps.sh)"; exit 1; }
 done
 
-W=$(mktemp -d /tmp/opencf-tlsproxy-test.XXXXXX)
-PIDS=()
-cleanup() {
-    [ -f "$W/tlsproxy.pid" ] && kill "$(cat "$W/tlsproxy.pid")" 2>/dev/null
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$W"
-}
-trap cleanup EXIT INT TERM
-
-unset OPENCF_CONF
-export OPENCF_SOFTTOKEN_DIR=$W/softtoken XDG_CONFIG_HOME=$W/xdg OPENCF_STAT_DIR=$W/stat
-mkdir -p "$OPENCF_SOFTTOKEN_DIR" "$XDG_CONFIG_HOME" "$W/lib" "$W/www"
-mkdir -m 700 "$OPENCF_STAT_DIR"
-# A private copy of the framework and the software token: the zero-configuration default loads
-# every provider found beside libopencf.so, and only these two are under test here.
-cp "$REL/libopencf.so" "$REL/libopencf_softtoken.so" "$W/lib/"
-MOD=$W/lib/libopencf.so
-CONF=$W/tlsproxy.toml
-CFG=("$REL/tlsproxycfg" --config "$CONF")
+. "$HERE/common.sh"
+tlsproxy_workdir opencf-tlsproxy-test
+mkdir -p "$W/www"
 
 PASSED=0
 FAILED=0
@@ -49,32 +46,12 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-# Free ports below the ephemeral range (so that no outgoing connection can hold one): a random
-# base, moved on until eight consecutive ports are free.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-EPH_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-[ "$EPH_LOW" -gt 12000 ] || EPH_LOW=65000
-BASE=$((10000 + RANDOM % (EPH_LOW - 10300)))
-for _ in $(seq 20); do
-    ok=1
-    for i in 0 1 2 3 4 5 6 7; do port_free $((BASE + i)) || { ok=0; break; }; done
-    [ $ok = 1 ] && break
-    BASE=$((BASE + 10))
-done
+pick_ports 10
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
-P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6))
-
-wait_port() { # PORT [up|down]: bounded wait (10 s) for a listener to appear or go
-    local want=${2:-up}
-    for _ in $(seq 100); do
-        if port_free "$1"; then [ "$want" = down ] && return 0; else [ "$want" = up ] && return 0; fi
-        sleep 0.1
-    done
-    return 1
-}
+P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
-pkcs11-tool --module "$MOD" --slot 1 --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
+pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
     || { echo "cannot set the softtoken PIN"; exit 1; }
 printf 'tls pin\n' > "$W/pin"
 printf 'p12 pass\n' > "$W/p12pass"
@@ -201,6 +178,10 @@ delete_ok() { "${CFG[@]}" delete 127.0.0.1 "$P_P11" >/dev/null && wait_port "$P_
 check "tlsproxycfg delete: its port closes, the others keep serving" delete_ok
 
 # --- robustness ---------------------------------------------------------------------------------
+# An instance whose application (P_BKEND) is started, reset and killed by robust.py backend.
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_BKEND" \
+    127.0.0.1 "$P_BK" > "$W/create5.log" 2>&1
+wait_port "$P_BK" || fail "application-down instance did not start"
 "${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_ECHO" \
     --handshake-timeout 2 127.0.0.1 "$P_ROB" > "$W/create4.log" 2>&1
 wait_port "$P_ROB" || fail "robustness instance did not start"
@@ -208,8 +189,15 @@ check "malformed, truncated, random and mutated first flights: all closed, then 
     python3 "$HERE/robust.py" fuzz "$P_ROB" "$W/ec.crt"
 check "a client stalled mid-handshake is dropped after the 2 s handshake timeout" \
     python3 "$HERE/robust.py" stall "$P_ROB" 2
-check "$IDLE_CONNS concurrent idle TLS connections, all still relaying" \
-    python3 "$HERE/robust.py" idle "$P_ROB" "$P_ECHO" "$IDLE_CONNS" "$W/ec.crt" "$(cat "$W/tlsproxy.pid")"
+python3 "$HERE/robust.py" echo "$P_ECHO" &
+PIDS+=($!)
+wait_port "$P_ECHO" || fail "echo service did not start"
+echo "    descriptor limit $NOFILE: $IDLE_CONNS idle connections$IDLE_NOTE"
+check "$IDLE_CONNS concurrent idle TLS connections, all still relaying; requests served meanwhile and after$IDLE_NOTE" \
+    python3 "$HERE/robust.py" idle "$P_ROB" "$IDLE_CONNS" "$W/ec.crt" "$(cat "$W/tlsproxy.pid")" \
+    bash -c "$(declare -f curl_ok); W=$W; curl_ok $P_RSA $W/rsa.crt"
+check "application down, one connection reset, application killed: that client closed cleanly, others served" \
+    python3 "$HERE/robust.py" backend "$P_BK" "$P_BKEND" "$P_ROB" "$W/ec.crt"
 # A second certificate by SNI on the robustness instance (the last one in the file), added by
 # editing the file and sending SIGHUP: the RSA key answers for rsa.test, the EC key otherwise.
 sni_ok() {

@@ -34,6 +34,8 @@ use tokio_rustls::StartHandshake;
 
 /// How long connecting to the clear-text service or the fallback port may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long sending close_notify to a client may take when the relay ends on an error.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What a connection needs of its instance (replaced as a whole on reload).
 pub struct State {
@@ -310,8 +312,9 @@ async fn serve(
     {
         Ok(Ok(b)) => b,
         _ => {
+            // The application is not there: close_notify, then the connection is closed.
             inc(s.backend_errors);
-            let _ = tls.shutdown().await;
+            let _ = timeout(CLOSE_TIMEOUT, tls.shutdown()).await;
             return;
         }
     };
@@ -321,7 +324,14 @@ async fn serve(
         read: s.bytes_in,
         written: s.bytes_out,
     };
-    let _ = tokio::io::copy_bidirectional(&mut counted, &mut backend).await;
+    if tokio::io::copy_bidirectional(&mut counted, &mut backend)
+        .await
+        .is_err()
+    {
+        // One side failed (the application reset its connection or died, or the client did):
+        // the client still gets a close_notify where its socket takes one, then the close.
+        let _ = timeout(CLOSE_TIMEOUT, counted.inner.shutdown()).await;
+    }
 }
 
 /// A stream that adds what passes through it to two counters as it goes.

@@ -108,6 +108,13 @@ suite-cfspeed:
 suite-tlsproxy:
 	tests/tlsproxy/run.sh
 
+# TLS handshakes/s and latency, opencf-tlsproxy against nginx (not part of `make test`; see
+# docs/PERFORMANCE.md, "TLS proxy vs nginx").
+.PHONY: bench-tls
+bench-tls:
+	$(CARGO) build --release -p opencf-tlsproxy -p opencf -p opencf-softtoken
+	scripts/bench-tls.sh
+
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python
 

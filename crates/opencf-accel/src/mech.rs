@@ -16,6 +16,7 @@ use opencf_abi::sys::*;
 use opencf_abi::{CkResult, MechParam, Mechanism};
 use openssl::md::{Md, MdRef};
 use openssl::md_ctx::MdCtx;
+use openssl::pkey::{PKeyRef, Private};
 use openssl::pkey_ctx::{PkeyCtx, PkeyCtxRef};
 use openssl::rsa::Padding;
 use openssl::sign::RsaPssSaltlen;
@@ -145,9 +146,20 @@ fn set_pss<T>(c: &mut PkeyCtxRef<T>, mgf: &MdRef, salt: i32) -> CkResult<()> {
         .map_err(ossl)
 }
 
-/// Runs `c^d mod n` through the scheduler. Busy queues: `CKR_DEVICE_MEMORY`; an engine
-/// fault (a result that fails the public-key check): `CKR_DEVICE_ERROR`.
+/// Runs `c^d mod n` (`c` below `n`) on the path the scheduler picks: OpenSSL in this thread
+/// when too few requests are in flight for a pass to pay, else the engine.
 pub fn private_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+    let ticket = sched.admit(key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
+    if ticket.batch() {
+        engine_op(sched, key, c)
+    } else {
+        key.private_openssl(c)
+    }
+}
+
+/// Runs `c^d mod n` on the engine. Busy queues: `CKR_DEVICE_MEMORY`; an engine fault (a
+/// result that fails the public-key check): `CKR_DEVICE_ERROR`.
+fn engine_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
     let pend = key.begin(c)?;
     match sched.run(key, &pend) {
         Err(_) => Err(CKR_DEVICE_MEMORY),
@@ -164,8 +176,9 @@ enum Encoder {
     Raw,
     /// `CKM_RSA_PKCS_PSS`: EMSA-PSS of the given hash.
     Pss(&'static MdRef, &'static MdRef, i32),
-    /// Hash-and-sign: the digest context on the identity key.
-    Hashed(MdCtx),
+    /// Hash-and-sign: the digest context, the hash, and the PSS parameters (MGF1 hash, salt)
+    /// or none for PKCS#1 v1.5.
+    Hashed(MdCtx, &'static MdRef, Option<(&'static MdRef, i32)>),
 }
 
 /// An active `C_Sign*` operation.
@@ -198,21 +211,16 @@ impl SignOp {
                     _ => return Err(CKR_MECHANISM_INVALID),
                 };
                 let md = md_of(hash).ok_or(CKR_MECHANISM_INVALID)?;
-                let mut ctx = MdCtx::new().map_err(ossl)?;
                 let p = if is_pss {
-                    Some(pss(m, Some(hash), key.bits)?)
+                    let (_, mgf, salt) = pss(m, Some(hash), key.bits)?;
+                    Some((mgf, salt))
                 } else {
                     no_param(m)?;
                     None
                 };
-                let pctx = ctx
-                    .digest_sign_init(Some(md), &key.identity)
-                    .map_err(ossl)?;
-                match p {
-                    Some((_, mgf, salt)) => set_pss(pctx, mgf, salt)?,
-                    None => pctx.set_rsa_padding(Padding::PKCS1).map_err(ossl)?,
-                }
-                Encoder::Hashed(ctx)
+                let mut ctx = MdCtx::new().map_err(ossl)?;
+                ctx.digest_init(md).map_err(ossl)?;
+                Encoder::Hashed(ctx, md, p)
             }
         };
         Ok(SignOp { key, enc })
@@ -225,13 +233,13 @@ impl SignOp {
 
     /// Whether the mechanism takes `C_SignUpdate`.
     pub fn multi_part(&self) -> bool {
-        matches!(self.enc, Encoder::Hashed(_))
+        matches!(self.enc, Encoder::Hashed(..))
     }
 
     /// `C_SignUpdate`.
     pub fn update(&mut self, data: &[u8]) -> CkResult<()> {
         match &mut self.enc {
-            Encoder::Hashed(ctx) => ctx.digest_sign_update(data).map_err(ossl),
+            Encoder::Hashed(ctx, ..) => ctx.digest_update(data).map_err(ossl),
             _ => Err(CKR_FUNCTION_NOT_SUPPORTED),
         }
     }
@@ -247,51 +255,62 @@ impl SignOp {
         }
     }
 
-    /// The encoded message of `data` (single-part) or of what was hashed (`None`).
-    fn encode(&mut self, data: Option<&[u8]>) -> CkResult<Zeroizing<Vec<u8>>> {
-        let k = self.key.k;
-        let mut em = Zeroizing::new(vec![0u8; k]);
-        let raw_ctx = |key: &RsaKey| -> CkResult<PkeyCtx<_>> {
-            let mut c = PkeyCtx::new(&key.identity).map_err(ossl)?;
-            c.sign_init().map_err(ossl)?;
-            Ok(c)
-        };
-        let n = match (&mut self.enc, data) {
-            (Encoder::Hashed(ctx), Some(d)) => {
-                ctx.digest_sign_update(d).map_err(ossl)?;
-                ctx.digest_sign_final(Some(&mut em)).map_err(ossl)?
+    /// OpenSSL's signature of `input` (the data, or the digest of a hash-and-sign
+    /// mechanism) on `pkey`: the real key gives the signature, the identity key the encoded
+    /// message.
+    fn openssl_sign(&self, pkey: &PKeyRef<Private>, input: &[u8]) -> CkResult<Vec<u8>> {
+        let mut c = PkeyCtx::new(pkey).map_err(ossl)?;
+        c.sign_init().map_err(ossl)?;
+        match &self.enc {
+            Encoder::Pkcs1 => c.set_rsa_padding(Padding::PKCS1).map_err(ossl)?,
+            Encoder::Hashed(_, md, None) => {
+                c.set_signature_md(md).map_err(ossl)?;
+                c.set_rsa_padding(Padding::PKCS1).map_err(ossl)?;
             }
-            (Encoder::Hashed(ctx), None) => ctx.digest_sign_final(Some(&mut em)).map_err(ossl)?,
+            Encoder::Pss(md, mgf, salt) | Encoder::Hashed(_, md, Some((mgf, salt))) => {
+                c.set_signature_md(md).map_err(ossl)?;
+                set_pss(&mut c, mgf, *salt)?;
+            }
+            Encoder::Raw => return Err(CKR_FUNCTION_FAILED),
+        }
+        let mut out = vec![0u8; self.key.k];
+        if c.sign(input, Some(&mut out)).map_err(ossl)? != self.key.k {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        Ok(out)
+    }
+
+    /// The signature of `data` (single-part) or of what was hashed (`None`). A request that
+    /// the scheduler does not batch is signed by OpenSSL with the key itself; a batched one
+    /// is encoded by OpenSSL (identity key) and exponentiated by the engine.
+    pub fn sign(&mut self, sched: &Scheduler, data: Option<&[u8]>) -> CkResult<Vec<u8>> {
+        let k = self.key.k;
+        let input = match (&mut self.enc, data) {
+            (Encoder::Hashed(ctx, md, _), d) => {
+                if let Some(d) = d {
+                    ctx.digest_update(d).map_err(ossl)?;
+                }
+                let mut h = vec![0u8; md.size()];
+                ctx.digest_final(&mut h).map_err(ossl)?;
+                h
+            }
             (_, None) => return Err(CKR_FUNCTION_NOT_SUPPORTED),
             (Encoder::Raw, Some(d)) => {
+                let mut em = Zeroizing::new(vec![0u8; k]);
                 em[k - d.len()..].copy_from_slice(d);
                 if !self.key.below_modulus(&em) {
                     return Err(CKR_DATA_INVALID);
                 }
-                k
+                return Ok(private_op(sched, &self.key, &em)?.to_vec());
             }
-            (Encoder::Pkcs1, Some(d)) => {
-                let mut c = raw_ctx(&self.key)?;
-                c.set_rsa_padding(Padding::PKCS1).map_err(ossl)?;
-                c.sign(d, Some(&mut em)).map_err(ossl)?
-            }
-            (Encoder::Pss(md, mgf, salt), Some(d)) => {
-                let mut c = raw_ctx(&self.key)?;
-                c.set_signature_md(md).map_err(ossl)?;
-                set_pss(&mut c, mgf, *salt)?;
-                c.sign(d, Some(&mut em)).map_err(ossl)?
-            }
+            (_, Some(d)) => d.to_vec(),
         };
-        if n != k {
-            return Err(CKR_FUNCTION_FAILED);
+        let ticket = sched.admit(self.key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
+        if !ticket.batch() {
+            return self.openssl_sign(self.key.openssl(), &input);
         }
-        Ok(em)
-    }
-
-    /// The signature of `data` (single-part) or of what was hashed (`None`).
-    pub fn sign(&mut self, sched: &Scheduler, data: Option<&[u8]>) -> CkResult<Vec<u8>> {
-        let em = self.encode(data)?;
-        Ok(private_op(sched, &self.key, &em)?.to_vec())
+        let em = Zeroizing::new(self.openssl_sign(&self.key.identity, &input)?);
+        Ok(engine_op(sched, &self.key, &em)?.to_vec())
     }
 }
 
@@ -344,7 +363,9 @@ impl DecryptOp {
         self.key.k
     }
 
-    /// Decrypts `input` (exactly `k` bytes, below `n`).
+    /// Decrypts `input` (exactly `k` bytes, below `n`): with OpenSSL and the key itself when
+    /// the scheduler does not batch the request, else on the engine and then unpadded by
+    /// OpenSSL (identity key).
     pub fn decrypt(&self, sched: &Scheduler, input: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
         if input.len() != self.key.k {
             return Err(CKR_ENCRYPTED_DATA_LEN_RANGE);
@@ -352,27 +373,35 @@ impl DecryptOp {
         if !self.key.below_modulus(input) {
             return Err(CKR_ENCRYPTED_DATA_INVALID);
         }
-        let m = private_op(sched, &self.key, input)?;
-        let mut c = PkeyCtx::new(&self.key.identity).map_err(ossl)?;
-        c.decrypt_init().map_err(ossl)?;
+        if matches!(self.pad, Unpad::Raw) {
+            return private_op(sched, &self.key, input);
+        }
+        let ticket = sched.admit(self.key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
+        let (pkey, c) = if ticket.batch() {
+            (&self.key.identity, engine_op(sched, &self.key, input)?)
+        } else {
+            (self.key.openssl(), Zeroizing::new(input.to_vec()))
+        };
+        let mut ctx = PkeyCtx::new(pkey).map_err(ossl)?;
+        ctx.decrypt_init().map_err(ossl)?;
         match &self.pad {
-            Unpad::Raw => return Ok(m),
+            Unpad::Raw => return Err(CKR_FUNCTION_FAILED),
             Unpad::Pkcs1 => {
-                c.set_rsa_padding(Padding::PKCS1).map_err(ossl)?;
-                set_ctx_params(&mut c, &[Param::Uint(c"implicit-rejection", 0)]).map_err(ossl)?;
+                ctx.set_rsa_padding(Padding::PKCS1).map_err(ossl)?;
+                set_ctx_params(&mut ctx, &[Param::Uint(c"implicit-rejection", 0)]).map_err(ossl)?;
             }
             Unpad::Oaep(md, mgf, label) => {
-                c.set_rsa_padding(Padding::PKCS1_OAEP).map_err(ossl)?;
-                c.set_rsa_oaep_md(md).map_err(ossl)?;
-                c.set_rsa_mgf1_md(mgf).map_err(ossl)?;
+                ctx.set_rsa_padding(Padding::PKCS1_OAEP).map_err(ossl)?;
+                ctx.set_rsa_oaep_md(md).map_err(ossl)?;
+                ctx.set_rsa_mgf1_md(mgf).map_err(ossl)?;
                 if !label.is_empty() {
-                    c.set_rsa_oaep_label(label).map_err(ossl)?;
+                    ctx.set_rsa_oaep_label(label).map_err(ossl)?;
                 }
             }
         }
         let mut out = Zeroizing::new(vec![0u8; self.key.k]);
-        let n = c
-            .decrypt(&m, Some(&mut out))
+        let n = ctx
+            .decrypt(&c, Some(&mut out))
             .map_err(|_| CKR_ENCRYPTED_DATA_INVALID)?;
         out.truncate(n);
         Ok(out)

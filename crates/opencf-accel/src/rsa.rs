@@ -14,7 +14,8 @@ use opencf_abi::sys::*;
 use opencf_abi::CkResult;
 use openssl::bn::{BigNum, BigNumContext, BigNumRef};
 use openssl::pkey::{PKey, Private};
-use openssl::rsa::Rsa;
+use openssl::pkey_ctx::PkeyCtx;
+use openssl::rsa::{Padding, Rsa};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use zeroize::Zeroizing;
@@ -96,6 +97,8 @@ pub struct RsaKey {
     /// The same key with every exponent 1: OpenSSL's padding code applied to a value
     /// without exponentiation (see `mech.rs`).
     pub identity: PKey<Private>,
+    /// The key itself for OpenSSL's own RSA code ([`RsaKey::private_openssl`]).
+    openssl: PKey<Private>,
 }
 
 /// An operation between [`RsaKey::begin`] and [`RsaKey::finish`].
@@ -166,6 +169,8 @@ impl RsaKey {
             PKey::private_key_from_der(&der)
         })()
         .map_err(|_| CKR_FUNCTION_FAILED)?;
+        let openssl = Self::openssl_key(&n, &e, &p, &q, &dp, &dq, &qinv, &mut ctx)
+            .map_err(|_| CKR_FUNCTION_FAILED)?;
         Ok(RsaKey {
             bits,
             k: bits / 8,
@@ -183,12 +188,71 @@ impl RsaKey {
             blinding: (0..BLINDING_SLOTS).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             identity,
+            openssl,
         })
+    }
+
+    /// The OpenSSL form of the key. The private exponent is not among the parts:
+    /// `d = e⁻¹ mod (p−1)(q−1)` serves wherever OpenSSL uses it (its fallback when a CRT
+    /// result fails its own check with `e`).
+    #[allow(clippy::too_many_arguments)]
+    fn openssl_key(
+        n: &BigNumRef,
+        e: &BigNumRef,
+        p: &BigNumRef,
+        q: &BigNumRef,
+        dp: &BigNumRef,
+        dq: &BigNumRef,
+        qinv: &BigNumRef,
+        ctx: &mut BigNumContext,
+    ) -> Result<PKey<Private>, openssl::error::ErrorStack> {
+        let (mut p1, mut q1) = (p.to_owned()?, q.to_owned()?);
+        p1.sub_word(1)?;
+        q1.sub_word(1)?;
+        let mut phi = BigNum::new()?;
+        phi.checked_mul(&p1, &q1, ctx)?;
+        let mut d = BigNum::new()?;
+        d.mod_inverse(e, &phi, ctx)?;
+        let rsa = Rsa::from_private_components(
+            n.to_owned()?,
+            e.to_owned()?,
+            d,
+            p.to_owned()?,
+            q.to_owned()?,
+            dp.to_owned()?,
+            dq.to_owned()?,
+            qinv.to_owned()?,
+        )?;
+        PKey::from_rsa(rsa)
+    }
+
+    /// The raw private operation `c^d mod n` (`c`: `k` big-endian bytes below `n`) with
+    /// OpenSSL's own RSA code, as the software token runs it: blinding on, both CRT halves
+    /// together (OpenSSL 3 runs them as one two-lane AVX-512 IFMA exponentiation where the CPU
+    /// has it), the CRT result checked with `e` (recomputed without CRT on a mismatch). The
+    /// scheduler's path for a request that would run nearly alone on the engine.
+    pub fn private_openssl(&self, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+        let fail = |_| CKR_FUNCTION_FAILED;
+        let mut ctx = PkeyCtx::new(&self.openssl).map_err(fail)?;
+        ctx.decrypt_init().map_err(fail)?;
+        ctx.set_rsa_padding(Padding::NONE).map_err(fail)?;
+        let mut out = Zeroizing::new(vec![0u8; self.k]);
+        let n = ctx.decrypt(c, Some(&mut out)).map_err(fail)?;
+        if n != self.k {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        Ok(out)
     }
 
     /// The modulus, big-endian, `k` bytes.
     pub fn modulus(&self) -> &[u8] {
         &self.n_be
+    }
+
+    /// The key itself in OpenSSL's form (blinding on), for requests the scheduler does not
+    /// batch.
+    pub fn openssl(&self) -> &PKey<Private> {
+        &self.openssl
     }
 
     /// The public exponent, big-endian.

@@ -1,7 +1,11 @@
 //! The scheduler: one worker thread per core, each with a bounded queue of CRT
 //! half-exponentiations, started at the first request.
 //!
-//! A request (one RSA private operation) is two halves, pushed together onto one queue,
+//! Each request is first admitted ([`Scheduler::admit`]): unless enough requests are in
+//! flight for a pass to beat OpenSSL ([`batch_threshold`]), it runs at once with OpenSSL's
+//! own RSA code in the caller's thread (no hand-over to a worker, no wait).
+//!
+//! A request sent to the engine (one RSA private operation) is two halves, pushed together onto one queue,
 //! chosen round-robin. A worker takes the oldest half and up to seven more of the same prime
 //! size from its queue (eight lanes) and runs them at once. It never waits for a batch to fill:
 //! a partial batch runs as soon as the queue holds nothing more of its size, so a lone request
@@ -51,6 +55,8 @@ pub struct Scheduler {
     kind: Kind,
     workers: OnceLock<Workers>,
     next: AtomicUsize,
+    /// Requests admitted and not yet answered, on either path.
+    in_flight: AtomicUsize,
     stop: Arc<AtomicBool>,
     /// Batches run and halves served (for tests and `docs/ACCEL.md` figures).
     stats: Arc<Stats>,
@@ -63,6 +69,27 @@ pub struct Stats {
     pub passes: AtomicUsize,
     /// Halves served.
     pub halves: AtomicUsize,
+    /// Requests served directly by OpenSSL's own RSA code.
+    pub direct: AtomicUsize,
+}
+
+/// A request counted in flight until dropped ([`Scheduler::admit`]).
+pub struct Ticket<'a> {
+    sched: &'a Scheduler,
+    batch: bool,
+}
+
+impl Ticket<'_> {
+    /// Whether the request goes to the engine (else: OpenSSL, in the caller's thread).
+    pub fn batch(&self) -> bool {
+        self.batch
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.sched.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Scheduler {
@@ -72,6 +99,7 @@ impl Scheduler {
             kind,
             workers: OnceLock::new(),
             next: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
         }
@@ -84,7 +112,7 @@ impl Scheduler {
 
     fn workers(&self) -> &Workers {
         self.workers.get_or_init(|| {
-            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let n = Self::cores();
             let queues: Vec<Arc<Queue>> = (0..n).map(|_| Arc::default()).collect();
             let threads = queues
                 .iter()
@@ -105,6 +133,30 @@ impl Scheduler {
         })
     }
 
+    /// Workers (one per core).
+    pub fn cores() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    /// Admits a request for a `bits`-bit key and chooses its path. It goes to the engine
+    /// when, counting itself, at least [`batch_threshold`]`(bits)` requests are in flight
+    /// (then passes fill enough to beat OpenSSL); otherwise it runs at once with
+    /// OpenSSL in the caller's thread, so a lone request never waits for a worker. The fault
+    /// switch `engine-error` sends every request to the engine (it tests the engine's
+    /// check); `busy` refuses every request.
+    pub fn admit(&self, bits: usize) -> Result<Ticket<'_>, Busy> {
+        let fault = fault::current();
+        if fault == Fault::Busy {
+            return Err(Busy);
+        }
+        let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        let batch = fault == Fault::EngineError || batch_threshold(bits).is_some_and(|t| n >= t);
+        if !batch {
+            self.stats.direct.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Ticket { sched: self, batch })
+    }
+
     /// Runs the two halves of `pend` on a worker and waits for them: `Ok(None)` when the
     /// worker could not answer (the request is lost: treat as an engine error).
     pub fn run(
@@ -112,9 +164,6 @@ impl Scheduler {
         key: &Arc<RsaKey>,
         pend: &Pending,
     ) -> Result<Option<[Zeroizing<Vec<u64>>; 2]>, Busy> {
-        if fault::current() == Fault::Busy {
-            return Err(Busy);
-        }
         let w = self.workers();
         let q = &w.queues[self.next.fetch_add(1, Ordering::Relaxed) % w.queues.len()];
         let (tx, rx) = sync_channel(2);
@@ -162,6 +211,37 @@ impl Scheduler {
         }
     }
 }
+
+/// Requests in flight (all workers together, counting the new one) from which a request for
+/// a `bits`-bit key goes to the engine: `None` where the engine never beats OpenSSL. A pass
+/// costs the same whatever number of its eight lanes is used and a request takes two, so the
+/// engine wins from `t_pass / t_openssl` requests per pass, per worker; `tests/threshold.rs`
+/// measures both (docs/ACCEL.md). On the reference machine (2-core Xeon VM, OpenSSL 3.6,
+/// which itself runs the two CRT halves of one request together with AVX-512 IFMA) that ratio
+/// is 4.2 for RSA-2048, 5.5 for 3072 and 6.7 for 4096: above the four requests a full pass
+/// holds, so every request runs with OpenSSL. `$OPENCF_ACCEL_BATCH=N` (read at each request)
+/// sets the threshold to `N` requests in flight for every size (`1`: every request goes to
+/// the engine), for tests and for CPUs where the engine wins.
+pub fn batch_threshold(bits: usize) -> Option<usize> {
+    if let Some(n) = std::env::var("OPENCF_ACCEL_BATCH")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return Some(n);
+    }
+    let per_worker = match bits {
+        2048 => THRESHOLD_2048,
+        3072 => THRESHOLD_3072,
+        _ => THRESHOLD_4096,
+    };
+    per_worker.map(|t| t.saturating_mul(Scheduler::cores()))
+}
+
+/// Requests per pass from which the engine beats OpenSSL, by modulus size (see
+/// [`batch_threshold`]; `None`: not even with all eight lanes filled).
+const THRESHOLD_2048: Option<usize> = None;
+const THRESHOLD_3072: Option<usize> = None;
+const THRESHOLD_4096: Option<usize> = None;
 
 /// Takes the next batch: the oldest half and up to `LANES − 1` more of its prime size.
 fn take_batch(items: &mut VecDeque<Half>) -> Vec<Half> {
@@ -213,5 +293,33 @@ fn work(kind: Kind, q: &Queue, stop: &AtomicBool, stats: &Stats) {
                 let _ = h.reply.send((h.which, r));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_counts_requests_in_flight() {
+        let s = Scheduler::new(Kind::Portable);
+        std::env::remove_var("OPENCF_ACCEL_BATCH");
+        let a = s.admit(2048).unwrap();
+        assert!(
+            !a.batch(),
+            "the engine does not beat OpenSSL here: a lone request runs at once"
+        );
+        std::env::set_var("OPENCF_ACCEL_BATCH", "2");
+        let b = s.admit(2048).unwrap();
+        assert!(b.batch(), "two in flight reach a threshold of two");
+        assert_eq!(s.in_flight.load(Ordering::Relaxed), 2);
+        drop(b);
+        drop(a);
+        let c = s.admit(3072).unwrap();
+        std::env::remove_var("OPENCF_ACCEL_BATCH");
+        assert!(!c.batch(), "alone again: below the threshold");
+        drop(c);
+        assert_eq!(s.in_flight.load(Ordering::Relaxed), 0);
+        assert_eq!(s.stats().direct.load(Ordering::Relaxed), 2);
     }
 }

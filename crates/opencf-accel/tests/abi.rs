@@ -209,7 +209,7 @@ fn by_value_and_by_unwrap() {
     for bits in [2048, 3072, 4096] {
         let key = Rsa::generate(bits).unwrap();
         let h = s.create_object(&private_template(&key)).unwrap();
-        exercise(&s, &key, h, &msg);
+        both_paths(|| exercise(&s, &key, h, &msg));
     }
     // As the framework moves a sensitive key in: a one-off AES-256 key by value, then KWP.
     let key = Rsa::generate(2048).unwrap();
@@ -278,12 +278,29 @@ fn by_value_and_by_unwrap() {
     );
 }
 
+/// Runs `f` with the scheduler's default choice (OpenSSL for requests that would not fill a
+/// pass), then with every request on the engine (`OPENCF_ACCEL_BATCH=1`).
+fn both_paths(f: impl Fn()) {
+    std::env::remove_var("OPENCF_ACCEL_BATCH");
+    f();
+    std::env::set_var("OPENCF_ACCEL_BATCH", "1");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&f));
+    std::env::remove_var("OPENCF_ACCEL_BATCH");
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
 #[test]
 fn eight_threads_form_batches() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !engine_here() {
         return;
     }
+    both_paths(eight_threads);
+}
+
+fn eight_threads() {
     let keys: Vec<Rsa<Private>> = [2048, 2048, 3072]
         .iter()
         .map(|b| Rsa::generate(*b).unwrap())

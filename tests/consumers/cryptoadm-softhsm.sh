@@ -179,7 +179,9 @@ expect "list -p shows the exception" \
 json "list -p --json shows the exception" \
     "sorted(prov('softtoken')['disabled'])==['CKM_ECDSA','CKM_ECDSA_SHA256'] and not prov('softtoken')['all_enabled']" list -p
 refuse "libopencf.so's softtoken slot lists neither CKM_ECDSA nor CKM_ECDSA_SHA256" '^ *ECDSA(-SHA256)?,' \
-    $P11 --slot 1 --list-mechanisms
+    $P11 --token-label 'OpenCF Softtoken' --list-mechanisms
+expect "libopencf.so's softtoken slot still lists its other mechanisms" '^ *SHA256-RSA-PKCS,' \
+    $P11 --token-label 'OpenCF Softtoken' --list-mechanisms
 expect "slot 0 still lists CKM_ECDSA (from SoftHSMv2)" '^ *ECDSA,' $P11 --slot 0 --list-mechanisms
 sign_and_verify "CKM_ECDSA through slot 0 verifies with openssl"
 out="$("${ROUTE[@]}" 2>&1)"
@@ -200,8 +202,8 @@ step "cryptoadm enable provider=softtoken mechanism=CKM_ECDSA,CKM_ECDSA_SHA256" 
 expect "list -p shows all mechanisms enabled" '^softtoken: all mechanisms are enabled\.' ADM list -p
 json "list -p --json shows all mechanisms enabled" \
     "prov('softtoken')['all_enabled'] is True and prov('softtoken')['disabled']==[]" list -p
-expect "libopencf.so's softtoken slot lists CKM_ECDSA again" '^ *ECDSA,' $P11 --slot 1 --list-mechanisms
-expect "libopencf.so's softtoken slot lists CKM_ECDSA_SHA256 again" '^ *ECDSA-SHA256,' $P11 --slot 1 --list-mechanisms
+expect "libopencf.so's softtoken slot lists CKM_ECDSA again" '^ *ECDSA,' $P11 --token-label 'OpenCF Softtoken' --list-mechanisms
+expect "libopencf.so's softtoken slot lists CKM_ECDSA_SHA256 again" '^ *ECDSA-SHA256,' $P11 --token-label 'OpenCF Softtoken' --list-mechanisms
 sign_and_verify "CKM_ECDSA through slot 0 verifies again"
 out="$("${ROUTE[@]}" 2>&1)"
 echo "$out" | sed 's/^/    /'

@@ -30,7 +30,7 @@ export MODULE VENV
 PYTEST_ARGS ?= -q
 FUZZ_SECONDS ?= 60
 
-TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool cfspeed tlsproxy
+TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool cfspeed tlsproxy accel
 
 .PHONY: help deps build test test-suites run fmt format lint clean fuzz install install-user uninstall-user $(addprefix suite-,$(TEST_SUITES))
 

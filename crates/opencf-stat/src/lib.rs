@@ -78,6 +78,14 @@ pub struct MechCounters {
     c: &'static [AtomicU64; MECH_CELLS],
 }
 
+impl std::fmt::Debug for MechCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MechCounters")
+            .field("ops", &self.c[M_OPS].load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
 impl MechCounters {
     /// One successful operation (or one part of a multi-part operation) on `bytes` bytes of
     /// input that took `latency_ns` nanoseconds.

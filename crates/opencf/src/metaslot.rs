@@ -64,6 +64,8 @@ pub struct Bound {
     pub prov: usize,
     /// The provider session.
     pub h: CK_SESSION_HANDLE,
+    /// The provider's counters for the mechanism (`None` when counting is off).
+    pub counters: Option<&'static opencf_stat::MechCounters>,
 }
 
 /// Candidate providers of an operation, in config order: up to four held inline, so that an

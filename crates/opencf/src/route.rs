@@ -451,7 +451,13 @@ impl OpenCf {
             };
             match self.init_on(kind, self.p(prov), h, mech, pkey, &op.extra) {
                 Ok(()) => {
-                    op.bound = Some(Bound { idx: i, prov, h });
+                    let counters = self.providers[prov].stats.map(|s| s.mech(mech.mechanism));
+                    op.bound = Some(Bound {
+                        idx: i,
+                        prov,
+                        h,
+                        counters,
+                    });
                     return Ok(());
                 }
                 Err(e) if recoverable(e) => {
@@ -537,9 +543,7 @@ impl OpenCf {
         ms.calls = ms.calls.wrapping_add(1);
         let timed = ms.calls.is_multiple_of(LATENCY_SAMPLE)
             && !query
-            && op
-                .bound
-                .is_some_and(|b| self.providers[b.prov].stats.is_some());
+            && op.bound.is_some_and(|b| b.counters.is_some());
         let r = loop {
             let b = op.bound.expect("bound");
             let t0 = timed.then(std::time::Instant::now);
@@ -559,7 +563,7 @@ impl OpenCf {
                     }
                 }
                 r => {
-                    self.ran(b.prov, op.mech.mechanism, &r, len as u64, t0);
+                    ran(b.counters, &r, len as u64, t0);
                     return r;
                 }
             }
@@ -589,37 +593,11 @@ impl OpenCf {
         let r = f(self.p(b.prov), b.h);
         op.bytes += len as u64;
         if ends(&r) {
-            self.ran(b.prov, op.mech.mechanism, &r, op.bytes, None);
+            ran(b.counters, &r, op.bytes, None);
         } else {
             ms.ops[kind as usize] = Some(op);
         }
         r
-    }
-
-    /// Counts an operation that ended in provider `prov` (`cryptoadm stat`): its input bytes,
-    /// its latency if it was timed from `t0`, or an error. A signature that does not verify is
-    /// an answer, not a failure of the provider.
-    fn ran(
-        &self,
-        prov: usize,
-        mech: CK_MECHANISM_TYPE,
-        r: &CkResult<()>,
-        bytes: u64,
-        t0: Option<std::time::Instant>,
-    ) {
-        let Some(stats) = self.providers[prov].stats else {
-            return;
-        };
-        let c = stats.mech(mech);
-        match r {
-            Ok(()) | Err(CKR_SIGNATURE_INVALID | CKR_SIGNATURE_LEN_RANGE) => {
-                c.count(bytes);
-                if let Some(t0) = t0 {
-                    c.latency(t0.elapsed().as_nanos() as u64);
-                }
-            }
-            Err(_) => c.error(),
-        }
     }
 
     /// Counts a recoverable error `e` of provider `prov` (`cryptoadm stat`): an error, busy if
@@ -673,5 +651,28 @@ pub fn final_ends(query: bool) -> impl Fn(&CkResult<()>) -> bool {
     move |r| match r {
         Ok(()) => !query,
         Err(e) => *e != CKR_BUFFER_TOO_SMALL,
+    }
+}
+
+/// Counts an operation that ended where `counters` count (`cryptoadm stat`): its input bytes,
+/// its latency if it was timed from `t0`, or an error. A signature that does not verify is an
+/// answer, not a failure of the provider.
+fn ran(
+    counters: Option<&'static opencf_stat::MechCounters>,
+    r: &CkResult<()>,
+    bytes: u64,
+    t0: Option<std::time::Instant>,
+) {
+    let Some(c) = counters else {
+        return;
+    };
+    match r {
+        Ok(()) | Err(CKR_SIGNATURE_INVALID | CKR_SIGNATURE_LEN_RANGE) => {
+            c.count(bytes);
+            if let Some(t0) = t0 {
+                c.latency(t0.elapsed().as_nanos() as u64);
+            }
+        }
+        Err(_) => c.error(),
     }
 }

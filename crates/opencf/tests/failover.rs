@@ -5,6 +5,9 @@
 //!
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
 
+mod common;
+use common::{framework_lib, fresh_dir, release};
+
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
 use cryptoki::mechanism::aead::GcmParams;
@@ -26,47 +29,6 @@ const SHA256_ABC: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff
 const THREADS: usize = 4;
 const ITERATIONS: usize = 200;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-fn release(name: &str) -> PathBuf {
-    let p = root().join("target/release").join(name);
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf",
-        p.display()
-    );
-    p
-}
-
-fn fresh_dir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("failover-{tag}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The newer of `target/release/libopencf.so` and `target/release/deps/libopencf.so`.
-fn framework_lib() -> PathBuf {
-    let top = root().join("target/release/libopencf.so");
-    let deps = root().join("target/release/deps/libopencf.so");
-    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (age(&top), age(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => release("libopencf.so"),
-    }
-}
-
 /// Loads libopencf.so over [faulty, softtoken] with the fault `mode` written to the switch file
 /// (which the faulty provider reads at every call). Returns the module and the switch file.
 fn load(tag: &str, mode: &str) -> (Pkcs11, PathBuf) {
@@ -75,7 +37,7 @@ fn load(tag: &str, mode: &str) -> (Pkcs11, PathBuf) {
 
 /// [`load`] with `auto_key_migrate` set as given.
 fn load_with(tag: &str, mode: &str, auto_key_migrate: bool) -> (Pkcs11, PathBuf) {
-    let dir = fresh_dir(tag);
+    let dir = fresh_dir(&format!("failover-{tag}"));
     let conf = format!(
         r#"
 [metaslot]
@@ -426,8 +388,8 @@ fn no_fault_runs_in_first_provider() {
 }
 
 /// A sensitive, non-extractable RSA token key made through slot 0 (so held by the keystore),
-/// signed with through slot 0. Returns the signature, the data and the public key's modulus.
-fn sign_with_unextractable_rsa(p: &Pkcs11) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+/// signed with through slot 0 (the signature verified). Returns the public key's modulus.
+fn sign_with_unextractable_rsa(p: &Pkcs11) -> Vec<u8> {
     let s = p.open_rw_session(slot0(p)).unwrap();
     login(&s);
     let (public, private) = s
@@ -503,7 +465,7 @@ fn sign_with_unextractable_rsa(p: &Pkcs11) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     assert_eq!(pubs.len(), 1, "the public key is in the keystore");
     soft.verify(&Mechanism::Sha256RsaPkcs, pubs[0], &data, &sig)
         .expect("the slot-0 signature verifies");
-    (sig, data, modulus)
+    modulus
 }
 
 /// The RSA private keys in the faulty provider's own slot, with their protection flags.
@@ -555,7 +517,7 @@ fn rsa_clones_in_faulty(p: &Pkcs11, modulus: &[u8]) -> Vec<(bool, bool)> {
 fn unextractable_key_migrates_when_allowed() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let (p, _switch) = load_with("migrate", "none", true);
-    let (_, _, modulus) = sign_with_unextractable_rsa(&p);
+    let modulus = sign_with_unextractable_rsa(&p);
     assert_eq!(
         rsa_clones_in_faulty(&p, &modulus),
         vec![(true, false)],
@@ -570,7 +532,7 @@ fn unextractable_key_migrates_when_allowed() {
 fn unextractable_key_stays_without_migration() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let (p, _switch) = load_with("nomigrate", "none", false);
-    let (_, _, modulus) = sign_with_unextractable_rsa(&p);
+    let modulus = sign_with_unextractable_rsa(&p);
     assert!(
         rsa_clones_in_faulty(&p, &modulus).is_empty(),
         "no clone outside the keystore"

@@ -4,28 +4,11 @@
 //!
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{framework_lib, root};
+
+use std::path::Path;
 use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The newer of `target/release/libopencf.so` and `target/release/deps/libopencf.so`.
-fn framework_lib() -> PathBuf {
-    let top = root().join("target/release/libopencf.so");
-    let deps = root().join("target/release/deps/libopencf.so");
-    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (age(&top), age(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => top,
-    }
-}
 
 #[test]
 fn pkcs11_tool_test_fork() {

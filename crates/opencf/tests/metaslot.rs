@@ -7,6 +7,9 @@
 //! The module, its configuration and the environment are process-wide, so the tests take one
 //! lock and each loads and finalizes the module itself.
 
+mod common;
+use common::{framework_lib, fresh_dir, release};
+
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
 use cryptoki::mechanism::aead::GcmParams;
@@ -15,7 +18,7 @@ use cryptoki::object::{Attribute, AttributeType, ObjectClass};
 use cryptoki::session::{Session, UserType};
 use cryptoki::slot::Slot;
 use cryptoki::types::AuthPin;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -24,52 +27,10 @@ const NEW_PIN: &str = "metaslot-pin";
 /// DER OID of P-256.
 const P256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-fn release(name: &str) -> PathBuf {
-    let p = root().join("target/release").join(name);
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p opencf-softtoken -p opencf",
-        p.display()
-    );
-    p
-}
-
-fn fresh_dir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("metaslot-{tag}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// libopencf.so: `cargo test` rebuilds `target/release/deps/libopencf.so` but only
-/// `cargo build` refreshes `target/release/libopencf.so`, so take the newer of the two.
-fn framework_lib() -> PathBuf {
-    let top = root().join("target/release/libopencf.so");
-    let deps = root().join("target/release/deps/libopencf.so");
-    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (age(&top), age(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => release("libopencf.so"),
-    }
-}
-
 /// Writes `conf` (with `@SOFTTOKEN@` replaced), points the environment at it and a fresh
 /// softtoken keystore, and loads libopencf.so. Returns the module and `C_Initialize`'s result.
 fn load(tag: &str, conf: &str) -> (Pkcs11, Result<(), Error>) {
-    let dir = fresh_dir(tag);
+    let dir = fresh_dir(&format!("metaslot-{tag}"));
     let conf = conf.replace(
         "@SOFTTOKEN@",
         &release("libopencf_softtoken.so").display().to_string(),
@@ -265,7 +226,7 @@ fn bad_config_fails_initialize() {
 #[test]
 fn metaslot_disabled_by_env() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = fresh_dir("noenv");
+    let dir = fresh_dir("metaslot-noenv");
     let conf = SOFTTOKEN_ONLY.replace(
         "@SOFTTOKEN@",
         &release("libopencf_softtoken.so").display().to_string(),
@@ -345,7 +306,7 @@ fn ecdsa_routed_to_softhsm() {
 
 /// Initializes a fresh SoftHSMv2 token "hsm" (PIN 1234) under a temporary `SOFTHSM2_CONF`.
 fn init_softhsm(tag: &str) {
-    let dir = fresh_dir(tag);
+    let dir = fresh_dir(&format!("metaslot-{tag}"));
     let tokens = dir.join("tokens");
     std::fs::create_dir_all(&tokens).unwrap();
     let hsm_conf = dir.join("softhsm2.conf");

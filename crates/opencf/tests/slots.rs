@@ -6,51 +6,13 @@
 //!
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
 
+mod common;
+use common::{framework_lib, fresh_dir, release};
+
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-fn release(name: &str) -> PathBuf {
-    let p = root().join("target/release").join(name);
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf",
-        p.display()
-    );
-    p
-}
-
-/// The newer of `target/release/libopencf.so` and `target/release/deps/libopencf.so`.
-fn framework_lib() -> PathBuf {
-    let top = root().join("target/release/libopencf.so");
-    let deps = root().join("target/release/deps/libopencf.so");
-    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (age(&top), age(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => release("libopencf.so"),
-    }
-}
-
-fn fresh_dir(tag: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("slots-{tag}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// Not a test on its own: in a child process (`OPENCF_SLOTS_CHILD` set) it loads the framework
 /// with the environment it was given and prints its slots.
@@ -121,7 +83,7 @@ fn provider(name: &str, module: &Path) -> String {
 
 #[test]
 fn slot_ids_are_stable_across_processes_and_appends() {
-    let dir = fresh_dir("stable");
+    let dir = fresh_dir("slots-stable");
     let ks = dir.join("softtoken");
     std::fs::create_dir_all(&ks).unwrap();
     let head = "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n".to_string();
@@ -179,7 +141,7 @@ fn broken_accelerator_of_the_default_is_skipped() {
         eprintln!("skipped: /etc/opencf/opencf.toml exists (this test needs the built-in default)");
         return;
     }
-    let dir = fresh_dir("broken-accel");
+    let dir = fresh_dir("slots-broken-accel");
     let ks = dir.join("softtoken");
     let lib = dir.join("lib");
     std::fs::create_dir_all(&ks).unwrap();

@@ -5,6 +5,9 @@
 //!
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf -p cryptoadm`.
 
+mod common;
+use common::{framework_lib, fresh_dir, release};
+
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::mechanism::aead::GcmParams;
 use cryptoki::mechanism::Mechanism;
@@ -20,24 +23,6 @@ const SHA_OPS: usize = 321;
 const CKM_AES_GCM: u64 = 0x1087;
 const CKM_SHA256: u64 = 0x250;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-fn release(name: &str) -> PathBuf {
-    let p = root().join("target/release").join(name);
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p opencf-softtoken -p opencf -p cryptoadm",
-        p.display()
-    );
-    p
-}
-
 /// Not a test on its own: in the child (`OPENCF_STAT_CHILD` = a directory) it runs the
 /// operations, writes `ready` there, and waits for `go` before it exits.
 #[test]
@@ -45,7 +30,7 @@ fn stat_child() {
     let Some(dir) = std::env::var_os("OPENCF_STAT_CHILD").map(PathBuf::from) else {
         return;
     };
-    let p = Pkcs11::new(release("libopencf.so")).expect("load libopencf.so");
+    let p = Pkcs11::new(framework_lib()).expect("load libopencf.so");
     p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
         .expect("C_Initialize");
     let slot = p
@@ -108,12 +93,7 @@ fn stat(dir: &Path, provider: &str, mech: u64) -> (u64, u64) {
 
 #[test]
 fn cryptoadm_stat_counts_the_operations_of_another_process() {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("stat-{}-{nanos}", std::process::id()));
+    let dir = fresh_dir("stat");
     let (ks, stats, sync) = (dir.join("ks"), dir.join("stat"), dir.join("sync"));
     for d in [&ks, &sync] {
         std::fs::create_dir_all(d).unwrap();

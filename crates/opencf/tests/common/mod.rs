@@ -1,0 +1,52 @@
+//! Helpers shared by the framework's integration tests: where the built modules are, and fresh
+//! directories for keystores and configurations.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A module or program in `target/release`, which must have been built.
+pub fn release(name: &str) -> PathBuf {
+    let p = root().join("target/release").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf -p cryptoadm",
+        p.display()
+    );
+    p
+}
+
+/// libopencf.so: `cargo test` rebuilds `target/release/deps/libopencf.so` but only
+/// `cargo build` refreshes `target/release/libopencf.so`, so take the newer of the two.
+pub fn framework_lib() -> PathBuf {
+    let top = root().join("target/release/libopencf.so");
+    let deps = root().join("target/release/deps/libopencf.so");
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (age(&top), age(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => release("libopencf.so"),
+    }
+}
+
+/// A new directory under the test target's temporary directory, named after `tag`, the
+/// process and the time.
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -4,18 +4,23 @@
 //! served by the accelerator; with `OPENCF_ACCEL_FAULT=engine-error` every call still
 //! succeeds, served by the softtoken, and the counters show the fallbacks on "accel".
 //!
-//! Build first: `cargo build --release -p opencf-accel -p opencf -p opencf-softtoken`.
+//! Then 16 threads sign at once through slot 0 while the engine fails, and again while it
+//! reports busy: every call answers `CKR_OK` with a valid signature, and the counters (read
+//! directly and through `cryptoadm stat --json`) show one fallback per call on "accel".
+//!
+//! Build first: `cargo build --release -p opencf-accel -p opencf -p opencf-softtoken -p cryptoadm`.
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
 use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsPssParams};
 use cryptoki::mechanism::{Mechanism, MechanismType};
-use cryptoki::object::{Attribute, AttributeType};
+use cryptoki::object::{Attribute, AttributeType, ObjectHandle};
 use cryptoki::session::{Session, UserType};
+use cryptoki::slot::Slot;
 use cryptoki::types::AuthPin;
 use openssl::bn::BigNum;
 use openssl::hash::MessageDigest;
-use openssl::pkey::PKey;
+use openssl::pkey::{PKey, Public};
 use openssl::rsa::{Padding, Rsa};
 use openssl::sign::{RsaPssSaltlen, Verifier};
 use std::path::{Path, PathBuf};
@@ -28,7 +33,7 @@ fn release(name: &str) -> PathBuf {
     let p = root.join("target/release").join(name);
     assert!(
         p.exists(),
-        "{} missing: cargo build --release -p opencf-accel -p opencf -p opencf-softtoken",
+        "{} missing: cargo build --release -p opencf-accel -p opencf -p opencf-softtoken -p cryptoadm",
         p.display()
     );
     p
@@ -36,11 +41,81 @@ fn release(name: &str) -> PathBuf {
 
 /// (operations, fallbacks) of `provider`, summed over mechanisms.
 fn counters(dir: &Path, provider: &str) -> (u64, u64) {
+    let c = all_counters(dir, provider);
+    (c.ops, c.fallbacks)
+}
+
+/// Every counter of `provider`, summed over mechanisms.
+fn all_counters(dir: &Path, provider: &str) -> opencf_stat::MechStats {
     let snap = opencf_stat::read(dir).expect("read the counters");
     snap.mechanisms
         .iter()
         .filter(|(k, _)| k.provider == provider)
-        .fold((0, 0), |(o, f), (_, v)| (o + v.ops, f + v.fallbacks))
+        .fold(opencf_stat::MechStats::default(), |mut a, (_, v)| {
+            a.ops += v.ops;
+            a.errors += v.errors;
+            a.fallbacks += v.fallbacks;
+            a.busy += v.busy;
+            a
+        })
+}
+
+/// (fallbacks, busy) of `provider` as `cryptoadm stat -p PROVIDER --json` shows them.
+fn cryptoadm_stat(dir: &Path, provider: &str) -> (u64, u64) {
+    let mut cmd = std::process::Command::new(release("cryptoadm"));
+    cmd.args(["stat", "-p", provider, "--json", "--dir"])
+        .arg(dir);
+    let out = cmd.output().expect("run cryptoadm stat");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{cmd:?} failed: {text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let sum = |field: &str| -> u64 {
+        let rows = v["mechanisms"].as_array().expect("mechanisms array");
+        rows.iter().filter_map(|r| r[field].as_u64()).sum()
+    };
+    (sum("fallbacks"), sum("busy"))
+}
+
+/// Threads and signatures per thread of the load phases.
+const THREADS: usize = 16;
+const PER_THREAD: usize = 6;
+
+/// Signs `msg` through `s` (SHA256-RSA-PKCS or, with `pss`, SHA256-RSA-PKCS-PSS) and checks
+/// the signature with OpenSSL: the call must answer `CKR_OK`.
+fn sign_checked(s: &Session, key: ObjectHandle, pkey: &PKey<Public>, msg: &[u8], pss: bool) {
+    let mech = if pss {
+        Mechanism::Sha256RsaPkcsPss(PkcsPssParams {
+            hash_alg: MechanismType::SHA256,
+            mgf: PkcsMgfType::MGF1_SHA256,
+            s_len: 32.into(),
+        })
+    } else {
+        Mechanism::Sha256RsaPkcs
+    };
+    let sig = s.sign(&mech, key, msg).expect("C_Sign through slot 0");
+    let mut v = Verifier::new(MessageDigest::sha256(), pkey).unwrap();
+    if pss {
+        v.set_rsa_padding(Padding::PKCS1_PSS).unwrap();
+        v.set_rsa_pss_saltlen(RsaPssSaltlen::custom(32)).unwrap();
+    }
+    v.update(msg).unwrap();
+    assert!(v.verify(&sig).unwrap(), "the signature verifies");
+}
+
+/// [`THREADS`] threads, each with its own session on slot 0, sign [`PER_THREAD`] messages
+/// each at once (alternating PKCS#1 v1.5 and PSS); every call must succeed and verify.
+fn load(p: &Pkcs11, slot: Slot, key: ObjectHandle, pkey: &PKey<Public>) {
+    std::thread::scope(|sc| {
+        for t in 0..THREADS {
+            sc.spawn(move || {
+                let s = p.open_ro_session(slot).expect("C_OpenSession");
+                for i in 0..PER_THREAD {
+                    let msg = format!("thread {t} message {i}");
+                    sign_checked(&s, key, pkey, msg.as_bytes(), i % 2 == 1);
+                }
+            });
+        }
+    });
 }
 
 fn login(s: &Session) {
@@ -116,25 +191,11 @@ fn slot0_with_accel_first_and_fallback() {
     )
     .unwrap();
     let pkey = PKey::from_rsa(rsa).unwrap();
-    let pss = Mechanism::Sha256RsaPkcsPss(PkcsPssParams {
-        hash_alg: MechanismType::SHA256,
-        mgf: PkcsMgfType::MGF1_SHA256,
-        s_len: 32.into(),
-    });
     let run = |rounds: usize| {
         for i in 0..rounds {
             let msg = format!("message {i}");
-            for (m, is_pss) in [(&Mechanism::Sha256RsaPkcs, false), (&pss, true)] {
-                let sig = s
-                    .sign(m, private, msg.as_bytes())
-                    .expect("C_Sign through slot 0");
-                let mut v = Verifier::new(MessageDigest::sha256(), &pkey).unwrap();
-                if is_pss {
-                    v.set_rsa_padding(Padding::PKCS1_PSS).unwrap();
-                    v.set_rsa_pss_saltlen(RsaPssSaltlen::custom(32)).unwrap();
-                }
-                v.update(msg.as_bytes()).unwrap();
-                assert!(v.verify(&sig).unwrap(), "signature {i} verifies");
+            for is_pss in [false, true] {
+                sign_checked(&s, private, &pkey, msg.as_bytes(), is_pss);
             }
         }
     };
@@ -155,6 +216,67 @@ fn slot0_with_accel_first_and_fallback() {
     if engine {
         assert_eq!(fallbacks, 10, "every faulty call fell back");
         assert!(soft >= 10, "the softtoken served them ({soft})");
+    }
+
+    // High availability under load: 16 threads at once while the engine fails, then while
+    // it reports busy. Every call answers CKR_OK with a valid signature (served by the
+    // softtoken); the counters of "accel" show one fallback per call, and for `busy` one
+    // busy answer per call.
+    let calls = (THREADS * PER_THREAD) as u64;
+    for fault in ["engine-error", "busy"] {
+        let before = all_counters(&stat, "accel");
+        let soft_before = all_counters(&stat, "softtoken").ops;
+        std::env::set_var("OPENCF_ACCEL_FAULT", fault);
+        load(&p, slot, private, &pkey);
+        std::env::remove_var("OPENCF_ACCEL_FAULT");
+        let after = all_counters(&stat, "accel");
+        let soft = all_counters(&stat, "softtoken").ops - soft_before;
+        eprintln!(
+            "{fault} under {THREADS} threads: {calls} calls OK; accel fallbacks +{}, busy +{}, \
+             errors +{}; softtoken ops +{soft}",
+            after.fallbacks - before.fallbacks,
+            after.busy - before.busy,
+            after.errors - before.errors,
+        );
+        if !engine {
+            continue;
+        }
+        assert_eq!(after.ops, before.ops, "{fault}: accel served nothing");
+        assert_eq!(
+            after.fallbacks - before.fallbacks,
+            calls,
+            "{fault}: every call fell back"
+        );
+        let busy = after.busy - before.busy;
+        let errors = after.errors - before.errors;
+        if fault == "busy" {
+            assert_eq!((busy, errors), (calls, 0), "busy answers counted as busy");
+        } else {
+            assert_eq!(
+                (busy, errors),
+                (0, calls),
+                "engine faults counted as errors"
+            );
+        }
+        assert!(
+            soft >= calls,
+            "{fault}: the softtoken served every call ({soft})"
+        );
+    }
+    // `cryptoadm stat`, run as another process, shows the same fallbacks and busy answers.
+    let c = all_counters(&stat, "accel");
+    let shown = cryptoadm_stat(&stat, "accel");
+    eprintln!(
+        "cryptoadm stat: accel fallbacks {}, busy {}",
+        shown.0, shown.1
+    );
+    assert_eq!(shown, (c.fallbacks, c.busy), "cryptoadm stat agrees");
+    if engine {
+        assert_eq!(
+            shown,
+            (10 + 2 * calls, calls),
+            "cryptoadm stat shows the fallbacks"
+        );
     }
     drop(s);
     let _ = p.finalize();

@@ -8,6 +8,7 @@
 
 use crate::sys::*;
 use crate::types::*;
+use crate::RawMechanism;
 
 const NS: CK_RV = CKR_FUNCTION_NOT_SUPPORTED;
 
@@ -182,6 +183,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> CkResult<()> {
         Err(NS)
     }
+    /// `C_EncryptInit` with the caller's mechanism unparsed: by default parsed here and passed to
+    /// [`Backend::encrypt_init`]. A framework overrides it to pass the structure on as it came.
+    fn encrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.encrypt_init(s, &mech.parse()?, key)
+    }
     /// `C_Encrypt`.
     fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         Err(NS)
@@ -205,6 +216,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         Err(NS)
+    }
+    /// `C_DecryptInit` with the caller's mechanism unparsed: by default parsed here and passed to
+    /// [`Backend::decrypt_init`]. A framework overrides it to pass the structure on as it came.
+    fn decrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.decrypt_init(s, &mech.parse()?, key)
     }
     /// `C_Decrypt`.
     fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
@@ -316,6 +337,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn digest_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism) -> CkResult<()> {
         Err(NS)
     }
+    /// `C_DigestInit` with the caller's mechanism unparsed (see [`Backend::encrypt_init_raw`]).
+    fn digest_init_raw(&self, s: CK_SESSION_HANDLE, mech: RawMechanism<'_>) -> CkResult<()> {
+        self.digest_init(s, &mech.parse()?)
+    }
     /// `C_Digest`.
     fn digest(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         Err(NS)
@@ -343,6 +368,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         Err(NS)
+    }
+    /// `C_SignInit` with the caller's mechanism unparsed: by default parsed here and passed to
+    /// [`Backend::sign_init`]. A framework overrides it to pass the structure on as it came.
+    fn sign_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.sign_init(s, &mech.parse()?, key)
     }
     /// `C_Sign`.
     fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
@@ -380,6 +415,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         Err(NS)
+    }
+    /// `C_VerifyInit` with the caller's mechanism unparsed: by default parsed here and passed to
+    /// [`Backend::verify_init`]. A framework overrides it to pass the structure on as it came.
+    fn verify_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.verify_init(s, &mech.parse()?, key)
     }
     /// `C_Verify`.
     fn verify(&self, s: CK_SESSION_HANDLE, data: &[u8], sig: &[u8]) -> CkResult<()> {

@@ -507,15 +507,15 @@ fn init_with<B: Backend>(
     session: CK_SESSION_HANDLE,
     cancel: CK_FLAGS,
     mech: *mut CK_MECHANISM,
-    f: impl FnOnce(&B, &crate::Mechanism) -> CkResult<()>,
+    f: impl FnOnce(&B, crate::RawMechanism<'_>) -> CkResult<()>,
 ) -> CK_RV {
     call::<B>(|b| {
         if mech.is_null() {
             return cancel_operation(b, session, cancel);
         }
-        // SAFETY: the caller's mechanism.
-        let mech = unsafe { mechanism(mech)? };
-        f(b, &mech)
+        // SAFETY: the caller's mechanism, valid for this call; the value cannot outlive it.
+        let mech = unsafe { crate::RawMechanism::new(mech)? };
+        f(b, mech)
     })
 }
 
@@ -526,7 +526,7 @@ pub extern "C" fn C_EncryptInit<B: Backend>(
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
     init_with::<B>(session, CKF_ENCRYPT, mech, |b, m| {
-        b.encrypt_init(session, m, key)
+        b.encrypt_init_raw(session, m, key)
     })
 }
 
@@ -585,7 +585,7 @@ pub extern "C" fn C_DecryptInit<B: Backend>(
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
     init_with::<B>(session, CKF_DECRYPT, mech, |b, m| {
-        b.decrypt_init(session, m, key)
+        b.decrypt_init_raw(session, m, key)
     })
 }
 
@@ -820,7 +820,9 @@ pub extern "C" fn C_DigestInit<B: Backend>(
     session: CK_SESSION_HANDLE,
     mech: *mut CK_MECHANISM,
 ) -> CK_RV {
-    init_with::<B>(session, CKF_DIGEST, mech, |b, m| b.digest_init(session, m))
+    init_with::<B>(session, CKF_DIGEST, mech, |b, m| {
+        b.digest_init_raw(session, m)
+    })
 }
 
 /// `C_Digest`.
@@ -882,7 +884,9 @@ pub extern "C" fn C_SignInit<B: Backend>(
     mech: *mut CK_MECHANISM,
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
-    init_with::<B>(session, CKF_SIGN, mech, |b, m| b.sign_init(session, m, key))
+    init_with::<B>(session, CKF_SIGN, mech, |b, m| {
+        b.sign_init_raw(session, m, key)
+    })
 }
 
 /// `C_Sign`.
@@ -935,7 +939,7 @@ pub extern "C" fn C_SignRecoverInit<B: Backend>(
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
     init_with::<B>(session, CKF_SIGN_RECOVER, mech, |b, m| {
-        b.sign_recover_init(session, m, key)
+        b.sign_recover_init(session, &m.parse()?, key)
     })
 }
 
@@ -966,7 +970,7 @@ pub extern "C" fn C_VerifyInit<B: Backend>(
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
     init_with::<B>(session, CKF_VERIFY, mech, |b, m| {
-        b.verify_init(session, m, key)
+        b.verify_init_raw(session, m, key)
     })
 }
 
@@ -1018,7 +1022,7 @@ pub extern "C" fn C_VerifyRecoverInit<B: Backend>(
     key: CK_OBJECT_HANDLE,
 ) -> CK_RV {
     init_with::<B>(session, CKF_VERIFY_RECOVER, mech, |b, m| {
-        b.verify_recover_init(session, m, key)
+        b.verify_recover_init(session, &m.parse()?, key)
     })
 }
 

@@ -34,11 +34,13 @@ mod params;
 mod params_out;
 pub mod provider;
 pub mod shm;
+pub mod sync;
 #[doc(hidden)]
 pub mod tables;
 pub mod types;
 
 pub use backend::Backend;
+pub use params::{MechRef, RawMechanism};
 pub use types::*;
 
 /// Exports a [`Backend`] implementation as a PKCS#11 module.

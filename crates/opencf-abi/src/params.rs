@@ -703,3 +703,89 @@ mod tests {
         );
     }
 }
+
+/// The caller's `CK_MECHANISM` as it came in, its parameter not parsed yet. A framework routes
+/// on [`RawMechanism::mechanism`] and hands the structure on unchanged to the provider that
+/// runs the operation ([`crate::provider::Provider`]), parsing it only when it must keep a
+/// copy ([`RawMechanism::parse`]). It cannot outlive the call that received it.
+#[derive(Clone, Copy)]
+pub struct RawMechanism<'a> {
+    ptr: *const CK_MECHANISM,
+    mechanism: CK_MECHANISM_TYPE,
+    _caller: std::marker::PhantomData<&'a CK_MECHANISM>,
+}
+
+impl std::fmt::Debug for RawMechanism<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawMechanism({:#x})", self.mechanism)
+    }
+}
+
+impl RawMechanism<'_> {
+    /// Wraps the caller's mechanism (NULL is `CKR_ARGUMENTS_BAD`).
+    ///
+    /// # Safety
+    /// As for [`mechanism`], for as long as the value lives.
+    pub(crate) unsafe fn new(p: *const CK_MECHANISM) -> CkResult<Self> {
+        // SAFETY: per the function's contract.
+        let mechanism = unsafe { mechanism_type(p)? };
+        Ok(RawMechanism {
+            ptr: p,
+            mechanism,
+            _caller: std::marker::PhantomData,
+        })
+    }
+    /// The `CKM_*` type.
+    #[inline]
+    pub fn mechanism(&self) -> CK_MECHANISM_TYPE {
+        self.mechanism
+    }
+    /// The mechanism with its parameter parsed, as the ABI layer parses it for a backend.
+    pub fn parse(&self) -> CkResult<Mechanism> {
+        // SAFETY: the pointer is the caller's, valid while `self` lives (see `new`).
+        unsafe { mechanism(self.ptr) }
+    }
+    /// The pointer, to pass on to a provider.
+    pub(crate) fn as_ptr(&self) -> *mut CK_MECHANISM {
+        self.ptr as *mut CK_MECHANISM
+    }
+}
+
+/// A mechanism as an init call received it: parsed, or still the caller's structure.
+#[derive(Clone, Copy, Debug)]
+pub enum MechRef<'a> {
+    /// Parsed by the ABI layer or built by the caller of a provider.
+    Parsed(&'a Mechanism),
+    /// The caller's structure, unparsed.
+    Raw(RawMechanism<'a>),
+}
+
+impl MechRef<'_> {
+    /// The `CKM_*` type.
+    #[inline]
+    pub fn mechanism(&self) -> CK_MECHANISM_TYPE {
+        match self {
+            MechRef::Parsed(m) => m.mechanism,
+            MechRef::Raw(r) => r.mechanism(),
+        }
+    }
+    /// An owned, parsed copy.
+    pub fn to_mechanism(&self) -> CkResult<Mechanism> {
+        match self {
+            MechRef::Parsed(m) => Ok((*m).clone()),
+            MechRef::Raw(r) => r.parse(),
+        }
+    }
+}
+
+impl<'a> From<&'a Mechanism> for MechRef<'a> {
+    fn from(m: &'a Mechanism) -> Self {
+        MechRef::Parsed(m)
+    }
+}
+
+impl<'a> From<RawMechanism<'a>> for MechRef<'a> {
+    fn from(m: RawMechanism<'a>) -> Self {
+        MechRef::Raw(m)
+    }
+}

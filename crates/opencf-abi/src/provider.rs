@@ -36,6 +36,7 @@ use crate::params_out::{CMechanism, CMessageParams, CTemplate};
 use crate::sys::*;
 use crate::tables::{GetFunctionListFn, GetInterfaceFn};
 use crate::types::*;
+use crate::MechRef;
 
 const NS: CK_RV = CKR_FUNCTION_NOT_SUPPORTED;
 
@@ -1018,17 +1019,24 @@ macro_rules! init_fns {
             $(
                 $(#[$doc])*
                 #[inline]
-                pub fn $name(
+                pub fn $name<'m>(
                     &self,
                     s: CK_SESSION_HANDLE,
-                    mech: &Mechanism,
+                    mech: impl Into<MechRef<'m>>,
                     key: CK_OBJECT_HANDLE,
                 ) -> CkResult<()> {
                     let f = func!(self.$c);
-                    let mut m = CMechanism::new(mech);
-                    // SAFETY: a function of the loaded module; a mechanism whose parameter
-                    // lives across the call.
-                    check(unsafe { f(s, m.as_mut_ptr(), key) })
+                    match mech.into() {
+                        // SAFETY: a function of the loaded module; the caller's mechanism,
+                        // valid for the call that received it, which is still running.
+                        MechRef::Raw(r) => check(unsafe { f(s, r.as_ptr(), key) }),
+                        MechRef::Parsed(mech) => {
+                            let mut m = CMechanism::new(mech);
+                            // SAFETY: a function of the loaded module; a mechanism whose
+                            // parameter lives across the call.
+                            check(unsafe { f(s, m.as_mut_ptr(), key) })
+                        }
+                    }
                 }
             )*
         }
@@ -1198,11 +1206,23 @@ impl Provider {
     // ----- Message digesting -----
 
     /// `C_DigestInit`.
-    pub fn digest_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism) -> CkResult<()> {
+    pub fn digest_init<'m>(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: impl Into<MechRef<'m>>,
+    ) -> CkResult<()> {
         let f = func!(self.C_DigestInit);
-        let mut m = CMechanism::new(mech);
-        // SAFETY: a function of the loaded module; a mechanism that lives across the call.
-        check(unsafe { f(s, m.as_mut_ptr()) })
+        match mech.into() {
+            // SAFETY: a function of the loaded module; the caller's mechanism, valid for the
+            // call that received it, which is still running.
+            MechRef::Raw(r) => check(unsafe { f(s, r.as_ptr()) }),
+            MechRef::Parsed(mech) => {
+                let mut m = CMechanism::new(mech);
+                // SAFETY: a function of the loaded module; a mechanism that lives across the
+                // call.
+                check(unsafe { f(s, m.as_mut_ptr()) })
+            }
+        }
     }
 
     /// `C_DigestKey`.

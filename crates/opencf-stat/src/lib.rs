@@ -7,7 +7,8 @@
 //! makes an application fail.
 //!
 //! Obtain a handle once, then count with a few relaxed atomic additions (no lock, no system
-//! call; about four uncontended `lock xadd` per operation):
+//! call; two uncontended `lock xadd` per operation), or, for a writer that holds a [`Shard`]
+//! (the framework's metaslot sessions), with plain loads and stores of its own entries:
 //!
 //! ```
 //! use std::time::Instant;
@@ -76,6 +77,9 @@ pub const SHM_PREFIX: &str = "/dev/shm/opencf-stat-";
 /// atomic additions.
 pub struct MechCounters {
     c: &'static [AtomicU64; MECH_CELLS],
+    /// The entry of a [`Shard`]: one writer at a time, so counting is a plain load and store
+    /// of each cell instead of an atomic read-modify-write (see [`ProviderStats::mech_in`]).
+    exclusive: bool,
 }
 
 impl std::fmt::Debug for MechCounters {
@@ -91,52 +95,128 @@ impl MechCounters {
     /// input that took `latency_ns` nanoseconds.
     #[inline]
     pub fn record(&self, bytes: u64, latency_ns: u64) {
-        self.c[M_OPS].fetch_add(1, Ordering::Relaxed);
-        self.c[M_BYTES].fetch_add(bytes, Ordering::Relaxed);
-        self.c[M_LAT_SUM].fetch_add(latency_ns, Ordering::Relaxed);
-        self.c[M_HIST + bucket(latency_ns)].fetch_add(1, Ordering::Relaxed);
+        self.count(bytes);
+        self.latency(latency_ns);
+    }
+
+    /// Adds `v` to cell `i`: an atomic addition, or a load and a store on an exclusive entry
+    /// (whose single writer makes that exact; readers see each cell whole).
+    #[inline]
+    fn add(&self, i: usize, v: u64) {
+        let c = &self.c[i];
+        if self.exclusive {
+            c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+        } else {
+            c.fetch_add(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this is the entry of a [`Shard`] (single writer).
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
     }
 
     /// One successful operation on `bytes` bytes of input, without its latency (for callers
     /// that time only a sample of their operations; see [`MechCounters::latency`]).
     #[inline]
     pub fn count(&self, bytes: u64) {
-        self.c[M_OPS].fetch_add(1, Ordering::Relaxed);
-        self.c[M_BYTES].fetch_add(bytes, Ordering::Relaxed);
+        self.add(M_OPS, 1);
+        self.add(M_BYTES, bytes);
     }
 
     /// The latency of one (sampled) operation: the histogram and the latency sum. Percentiles
     /// are computed over the histogram, so a sample gives them as well as every operation.
     #[inline]
     pub fn latency(&self, latency_ns: u64) {
-        self.c[M_LAT_SUM].fetch_add(latency_ns, Ordering::Relaxed);
-        self.c[M_HIST + bucket(latency_ns)].fetch_add(1, Ordering::Relaxed);
+        self.add(M_LAT_SUM, latency_ns);
+        self.add(M_HIST + bucket(latency_ns), 1);
     }
 
     /// An operation that failed.
     #[inline]
     pub fn error(&self) {
-        self.c[M_ERRORS].fetch_add(1, Ordering::Relaxed);
+        self.add(M_ERRORS, 1);
     }
 
     /// The metaslot moved an operation from this provider to another one.
     #[inline]
     pub fn fallback(&self) {
-        self.c[M_FALLBACKS].fetch_add(1, Ordering::Relaxed);
+        self.add(M_FALLBACKS, 1);
     }
 
     /// The provider refused an operation because it was busy.
     #[inline]
     pub fn busy(&self) {
-        self.c[M_BUSY].fetch_add(1, Ordering::Relaxed);
+        self.add(M_BUSY, 1);
     }
 }
 
 static DUMMY_CELLS: [AtomicU64; MECH_CELLS] = [const { AtomicU64::new(0) }; MECH_CELLS];
-static DUMMY_MECH: MechCounters = MechCounters { c: &DUMMY_CELLS };
+static DUMMY_MECH: MechCounters = MechCounters {
+    c: &DUMMY_CELLS,
+    exclusive: false,
+};
 static DUMMY_NAMED: AtomicU64 = AtomicU64::new(0);
 
-const PROVIDER_SLOTS: usize = 64;
+const PROVIDER_SLOTS: usize = 256;
+
+/// Exclusive shards a process hands out (see [`Shard`]).
+pub const SHARDS: u32 = 32;
+/// Mechanism entries kept for shared counters: exclusive entries are not taken from these.
+const SHARED_RESERVE: usize = 64;
+
+/// Shards in use, bit `k` for shard `k` (bit 0, the shared shard, is never set).
+static SHARDS_USED: AtomicU64 = AtomicU64::new(0);
+
+/// A claim on a set of counter entries that only its holder writes, so that counting needs no
+/// atomic read-modify-write. The framework gives one to each metaslot session, whose lock makes
+/// it the single writer; `cryptoadm stat` sums the entries of every shard. When all
+/// [`SHARDS`] are taken, [`Shard::claim`] returns the shared shard (atomic counting).
+#[derive(Debug)]
+pub struct Shard(u32);
+
+impl Shard {
+    /// Claims a free exclusive shard, or the shared one when none is free.
+    pub fn claim() -> Shard {
+        let mut used = SHARDS_USED.load(Ordering::Relaxed);
+        loop {
+            let free = !used & !1 & ((1u64 << (SHARDS + 1)) - 1);
+            if free == 0 {
+                return Shard(0);
+            }
+            let k = free.trailing_zeros();
+            match SHARDS_USED.compare_exchange_weak(
+                used,
+                used | (1 << k),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Shard(k),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// The shared shard: counted with atomic additions, usable from any thread.
+    pub const fn shared() -> Shard {
+        Shard(0)
+    }
+
+    /// Its number (0: shared).
+    pub fn index(&self) -> u32 {
+        self.0
+    }
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        if self.0 != 0 {
+            // Release: the next holder's first count sees this holder's last one.
+            SHARDS_USED.fetch_and(!(1u64 << self.0), Ordering::Release);
+        }
+    }
+}
+
 const REGISTRY_SLOTS: usize = 32;
 
 /// The statistics of one provider: a lock-free table from mechanism to [`MechCounters`].
@@ -144,6 +224,8 @@ pub struct ProviderStats {
     name: String,
     registry: &'static Registry,
     slots: OnceTable<u64, MechCounters, PROVIDER_SLOTS>,
+    /// Exclusive entries by (mechanism, shard).
+    shard_slots: OnceTable<(u64, u32), MechCounters, PROVIDER_SLOTS>,
 }
 
 impl ProviderStats {
@@ -160,6 +242,37 @@ impl ProviderStats {
         match self.slots.find(h, |&m| m == mech) {
             Some(c) => c,
             None => self.mech_slow(mech, h),
+        }
+    }
+
+    /// The counters of `mech` for the holder of `shard`: its own exclusive entry (counted
+    /// without atomic read-modify-writes; only the holder of the shard may use it, one thread
+    /// at a time), or the shared entry for the shared shard or when the segment has no room.
+    #[inline]
+    pub fn mech_in(&self, mech: u64, shard: &Shard) -> &'static MechCounters {
+        if shard.0 == 0 {
+            return self.mech(mech);
+        }
+        let key = mech ^ (u64::from(shard.0) << 56);
+        let h = hash_u64(key) as usize;
+        match self
+            .shard_slots
+            .find(h, |&(m, k)| m == mech && k == shard.0)
+        {
+            Some(c) => c,
+            None => self.mech_in_slow(mech, shard.0, h),
+        }
+    }
+
+    #[cold]
+    fn mech_in_slow(&self, mech: u64, shard: u32, h: usize) -> &'static MechCounters {
+        match self.registry.mech_entry_exclusive(&self.name, mech, shard) {
+            Some(c) => {
+                self.shard_slots
+                    .insert(h, (mech, shard), c, |&(m, k)| m == mech && k == shard);
+                c
+            }
+            None => self.mech(mech),
         }
     }
 
@@ -239,6 +352,7 @@ pub struct Registry {
 #[derive(Default)]
 struct Alloc {
     mechs: HashMap<(String, u64), &'static MechCounters>,
+    exclusive: HashMap<(String, u64, u32), &'static MechCounters>,
     mech_used: usize,
     named: HashMap<(String, String), &'static AtomicU64>,
     named_used: usize,
@@ -296,6 +410,7 @@ impl Registry {
                     name: name.to_string(),
                     registry: self,
                     slots: OnceTable::new(),
+                    shard_slots: OnceTable::new(),
                 }))
             })
         };
@@ -320,6 +435,34 @@ impl Registry {
         self.alloc.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A new entry for `provider` × `mech` written only by the holder of shard `shard`;
+    /// `None` when counting is off or the segment keeps its remaining entries for shared use.
+    fn mech_entry_exclusive(
+        &self,
+        provider: &str,
+        mech: u64,
+        shard: u32,
+    ) -> Option<&'static MechCounters> {
+        let cells = self.cells?;
+        let mut a = self.lock();
+        let key = (provider.to_string(), mech, shard);
+        if let Some(c) = a.exclusive.get(&key) {
+            return Some(c);
+        }
+        if a.mech_used >= MECH_CAP - 1 - SHARED_RESERVE {
+            return None;
+        }
+        let index = a.mech_used;
+        let (entry, c) = entry_at(cells, index, true);
+        a.mech_used = index + 1;
+        // The reader sums the entries of one provider and mechanism, whatever their shard.
+        store_name(&entry[M_NAME..], provider);
+        entry[M_MECH].store(mech, Ordering::Relaxed);
+        cells[H_MECH_USED].store(a.mech_used as u64, Ordering::Release);
+        a.exclusive.insert(key, c);
+        Some(c)
+    }
+
     fn mech_entry(&self, provider: &str, mech: u64) -> &'static MechCounters {
         let Some(cells) = self.cells else {
             return &DUMMY_MECH;
@@ -338,11 +481,7 @@ impl Registry {
             }
         }
         let index = if full { MECH_CAP - 1 } else { a.mech_used };
-        let base = MECH_BASE + index * MECH_CELLS;
-        let entry: &'static [AtomicU64; MECH_CELLS] = cells[base..base + MECH_CELLS]
-            .try_into()
-            .expect("entry size");
-        let c: &'static MechCounters = Box::leak(Box::new(MechCounters { c: entry }));
+        let (entry, c) = entry_at(cells, index, false);
         a.mech_used = index + 1;
         // Identity first, then the count (Release): a reader that loads the count with
         // Acquire sees a complete name.
@@ -398,6 +537,24 @@ impl Registry {
         a.named.insert(key, value);
         value
     }
+}
+
+/// Mechanism entry `index` of a segment and a counter handle on it (made once per entry and
+/// kept for the life of the process).
+fn entry_at(
+    cells: &'static [AtomicU64],
+    index: usize,
+    exclusive: bool,
+) -> (&'static [AtomicU64; MECH_CELLS], &'static MechCounters) {
+    let base = MECH_BASE + index * MECH_CELLS;
+    let entry: &'static [AtomicU64; MECH_CELLS] = cells[base..base + MECH_CELLS]
+        .try_into()
+        .expect("entry size");
+    let c: &'static MechCounters = Box::leak(Box::new(MechCounters {
+        c: entry,
+        exclusive,
+    }));
+    (entry, c)
 }
 
 /// Creates and initializes this process's segment in `dir`.

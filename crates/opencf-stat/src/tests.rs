@@ -245,3 +245,55 @@ fn new_directory_is_private() {
     let mode = std::fs::metadata(seg).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+#[test]
+fn shard_writers_and_shared_writers_sum_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let reg = Registry::create_in(tmp.path()).unwrap();
+    const THREADS: u64 = 6;
+    const N: u64 = 30_000;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            s.spawn(move || {
+                // Half the writers hold an exclusive shard, half count on the shared entries.
+                let shard = if t % 2 == 0 {
+                    Shard::claim()
+                } else {
+                    Shard::shared()
+                };
+                let c = reg.provider("p").mech_in(AES_GCM, &shard);
+                assert_eq!(c.is_exclusive(), t % 2 == 0);
+                for i in 0..N {
+                    c.count(i % 5);
+                    if i % 100 == 0 {
+                        c.latency(i);
+                    }
+                }
+            });
+        }
+    });
+    let s = read(tmp.path()).unwrap();
+    assert_eq!(
+        s.mechanisms.len(),
+        1,
+        "shards fold into one provider × mechanism"
+    );
+    let m = &s.mechanisms[&key("p", AES_GCM)];
+    assert_eq!(m.ops, THREADS * N);
+    assert_eq!(m.bytes, THREADS * (0..N).map(|i| i % 5).sum::<u64>());
+    assert_eq!(m.histogram_count(), THREADS * N / 100);
+}
+
+#[test]
+fn shards_are_distinct_while_held_and_run_out() {
+    let held: Vec<Shard> = (0..SHARDS + 3).map(|_| Shard::claim()).collect();
+    let mut taken: Vec<u32> = held.iter().map(Shard::index).filter(|&k| k != 0).collect();
+    let n = taken.len();
+    taken.sort_unstable();
+    taken.dedup();
+    assert_eq!(taken.len(), n, "no exclusive shard handed out twice");
+    assert!(n as u32 <= SHARDS);
+    // Other tests may hold shards meanwhile; at least three claims found none free.
+    assert!(held.iter().filter(|s| s.index() == 0).count() >= 3);
+    drop(held);
+}

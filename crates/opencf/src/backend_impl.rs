@@ -150,10 +150,45 @@ impl Backend for OpenCf {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        OpenCf::encrypt_init(self, s, m, k)
+        OpenCf::encrypt_init(self, s, m.into(), k)
     }
     fn encrypt(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::encrypt(self, s, d, o)
+    }
+    fn encrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        OpenCf::encrypt_init(self, s, m.into(), k)
+    }
+    fn decrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        OpenCf::decrypt_init(self, s, m.into(), k)
+    }
+    fn digest_init_raw(&self, s: CK_SESSION_HANDLE, m: RawMechanism<'_>) -> CkResult<()> {
+        OpenCf::digest_init(self, s, m.into())
+    }
+    fn sign_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        OpenCf::sign_init(self, s, m.into(), k)
+    }
+    fn verify_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        OpenCf::verify_init(self, s, m.into(), k)
     }
     fn encrypt_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::encrypt_update(self, s, d, o)
@@ -167,7 +202,7 @@ impl Backend for OpenCf {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        OpenCf::decrypt_init(self, s, m, k)
+        OpenCf::decrypt_init(self, s, m.into(), k)
     }
     fn decrypt(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::decrypt(self, s, d, o)
@@ -257,7 +292,7 @@ impl Backend for OpenCf {
         self.message_final(s, false)
     }
     fn digest_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism) -> CkResult<()> {
-        OpenCf::digest_init(self, s, m)
+        OpenCf::digest_init(self, s, m.into())
     }
     fn digest(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::digest(self, s, d, o)
@@ -272,7 +307,7 @@ impl Backend for OpenCf {
         OpenCf::digest_final(self, s, o)
     }
     fn sign_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
-        OpenCf::sign_init(self, s, m, k)
+        OpenCf::sign_init(self, s, m.into(), k)
     }
     fn sign(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::sign(self, s, d, o)
@@ -289,7 +324,7 @@ impl Backend for OpenCf {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        OpenCf::sign_recover_init(self, s, m, k)
+        OpenCf::sign_recover_init(self, s, m.into(), k)
     }
     fn sign_recover(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::sign_recover(self, s, d, o)
@@ -300,7 +335,7 @@ impl Backend for OpenCf {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        OpenCf::verify_init(self, s, m, k)
+        OpenCf::verify_init(self, s, m.into(), k)
     }
     fn verify(&self, s: CK_SESSION_HANDLE, d: &[u8], sig: &[u8]) -> CkResult<()> {
         OpenCf::verify(self, s, d, sig)
@@ -317,7 +352,7 @@ impl Backend for OpenCf {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        OpenCf::verify_recover_init(self, s, m, k)
+        OpenCf::verify_recover_init(self, s, m.into(), k)
     }
     fn verify_recover(&self, s: CK_SESSION_HANDLE, sig: &[u8], o: &mut OutBuf) -> CkResult<()> {
         OpenCf::verify_recover(self, s, sig, o)

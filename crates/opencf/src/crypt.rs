@@ -11,8 +11,8 @@ use opencf_abi::sys::*;
 use opencf_abi::*;
 
 /// Policy check of a pass-through init.
-pub fn allowed(c: &opencf_config::ProviderConfig, m: &Mechanism) -> CkResult<()> {
-    if c.allows(m.mechanism) {
+pub fn allowed<'m>(c: &opencf_config::ProviderConfig, m: impl Into<MechRef<'m>>) -> CkResult<()> {
+    if c.allows(m.into().mechanism()) {
         Ok(())
     } else {
         Err(CKR_MECHANISM_INVALID)
@@ -24,7 +24,7 @@ impl OpenCf {
     pub fn encrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
-        mech: &Mechanism,
+        mech: MechRef<'_>,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         dispatch!(
@@ -67,7 +67,7 @@ impl OpenCf {
     pub fn decrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
-        mech: &Mechanism,
+        mech: MechRef<'_>,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         dispatch!(

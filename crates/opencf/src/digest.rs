@@ -9,7 +9,7 @@ use opencf_abi::*;
 
 impl OpenCf {
     /// `C_DigestInit`.
-    pub fn digest_init(&self, s: CK_SESSION_HANDLE, mech: &Mechanism) -> CkResult<()> {
+    pub fn digest_init(&self, s: CK_SESSION_HANDLE, mech: MechRef<'_>) -> CkResult<()> {
         dispatch!(
             self,
             s,

@@ -47,7 +47,7 @@ use providers::Prov;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 /// The framework slot ID of the metaslot.
 pub const METASLOT_ID: CK_SLOT_ID = 0;
@@ -64,7 +64,7 @@ pub enum Sess {
         h: CK_SESSION_HANDLE,
     },
     /// A metaslot session.
-    Meta(Box<Mutex<MetaSession>>),
+    Meta(Box<opencf_abi::sync::SessionLock<MetaSession>>),
 }
 
 const SHARDS: usize = 64;
@@ -264,7 +264,7 @@ impl OpenCf {
 }
 
 /// Dispatches a call on a session: `$pass` runs with `(prov: &Provider, h)` for a pass-through
-/// session, `$meta` with `(m: &Mutex<MetaSession>)` for a metaslot session.
+/// session, `$meta` with `(m: &SessionLock<MetaSession>)` for a metaslot session.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! dispatch {

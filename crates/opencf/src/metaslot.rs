@@ -138,6 +138,9 @@ pub struct MetaSession {
     pub finding: bool,
     /// Operations run, to time one in [`LATENCY_SAMPLE`] for the statistics.
     pub calls: u32,
+    /// The session's own counter entries (`cryptoadm stat`): its lock makes it their only
+    /// writer, so counting an operation needs no atomic read-modify-write.
+    pub shard: opencf_stat::Shard,
 }
 
 /// One operation in this many has its latency measured for `cryptoadm stat` (reading the
@@ -154,6 +157,7 @@ impl MetaSession {
             ops: Default::default(),
             finding: false,
             calls: 0,
+            shard: opencf_stat::Shard::claim(),
         }
     }
     /// The active operation of a kind, or `CKR_OPERATION_NOT_INITIALIZED`.

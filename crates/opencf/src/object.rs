@@ -6,15 +6,15 @@
 //! a key drops its clones in other providers.
 
 use crate::{dispatch, OpenCf};
+use opencf_abi::sync::SessionLock;
 use opencf_abi::sys::*;
 use opencf_abi::*;
-use std::sync::Mutex;
 
 impl OpenCf {
     /// The keystore provider and the metaslot session's keystore session.
     pub fn ks_of(
         &self,
-        m: &Mutex<crate::metaslot::MetaSession>,
+        m: &SessionLock<crate::metaslot::MetaSession>,
     ) -> CkResult<(&crate::providers::Provider, CK_SESSION_HANDLE)> {
         let ks = self.lock(m).ks;
         Ok((self.p(self.meta()?.keystore), ks))

@@ -375,7 +375,7 @@ impl OpenCf {
         kind: OpKind,
         p: &Provider,
         h: CK_SESSION_HANDLE,
-        mech: &Mechanism,
+        mech: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
         extra: &[u8],
     ) -> CkResult<()> {
@@ -387,7 +387,10 @@ impl OpenCf {
             OpKind::Digest => p.digest_init(h, mech),
             OpKind::SignRecover => p.sign_recover_init(h, mech, key),
             OpKind::VerifyRecover => p.verify_recover_init(h, mech, key),
-            OpKind::VerifySignature => p.verify_signature_init(h, mech, key, extra),
+            OpKind::VerifySignature => match mech {
+                MechRef::Parsed(m) => p.verify_signature_init(h, m, key, extra),
+                MechRef::Raw(r) => p.verify_signature_init(h, &r.parse()?, key, extra),
+            },
         }
     }
 
@@ -403,7 +406,7 @@ impl OpenCf {
         len: Option<usize>,
     ) -> CkResult<()> {
         let mech = std::mem::replace(&mut op.mech, Mechanism::new(0));
-        let r = self.bind_with(ms, kind, op, &mech, start, len);
+        let r = self.bind_with(ms, kind, op, (&mech).into(), start, len);
         op.mech = mech;
         r
     }
@@ -414,15 +417,16 @@ impl OpenCf {
         ms: &mut MetaSession,
         kind: OpKind,
         op: &mut Op,
-        mech: &Mechanism,
+        mech: MechRef<'_>,
         start: usize,
         len: Option<usize>,
     ) -> CkResult<()> {
         let mut last = CKR_MECHANISM_INVALID;
+        let mt = mech.mechanism();
         for i in start..op.cands.len() {
             let prov = op.cands[i];
             let pc = &self.providers[prov].cfg;
-            if let (Some(len), Some(min)) = (len, pc.min_bytes(mech.mechanism)) {
+            if let (Some(len), Some(min)) = (len, pc.min_bytes(mt)) {
                 if (len as u64) < min && i + 1 < op.cands.len() {
                     continue;
                 }
@@ -451,7 +455,7 @@ impl OpenCf {
             };
             match self.init_on(kind, self.p(prov), h, mech, pkey, &op.extra) {
                 Ok(()) => {
-                    let counters = self.providers[prov].stats.map(|s| s.mech(mech.mechanism));
+                    let counters = self.providers[prov].stats.map(|s| s.mech_in(mt, &ms.shard));
                     op.bound = Some(Bound {
                         idx: i,
                         prov,
@@ -461,7 +465,7 @@ impl OpenCf {
                     return Ok(());
                 }
                 Err(e) if recoverable(e) => {
-                    self.left(prov, mech.mechanism, e, i + 1 < op.cands.len());
+                    self.left(prov, mt, e, i + 1 < op.cands.len());
                     last = e;
                 }
                 Err(e) => return Err(e),
@@ -473,32 +477,34 @@ impl OpenCf {
     /// A metaslot `C_*Init`.
     pub fn meta_init(
         &self,
-        m: &Mutex<MetaSession>,
+        m: &opencf_abi::sync::SessionLock<MetaSession>,
         kind: OpKind,
-        mech: &Mechanism,
+        mech: MechRef<'_>,
         key: Option<CK_OBJECT_HANDLE>,
         extra: &[u8],
     ) -> CkResult<()> {
-        let mut ms = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ms = m.lock();
         if ms.ops[kind as usize].is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let route = match self.meta()?.routes.get(&mech.mechanism) {
+        let mt = mech.mechanism();
+        let route = match self.meta()?.routes.get(&mt) {
             Some(r) if !r[kind as usize].cands.is_empty() => &r[kind as usize],
             _ => return Err(CKR_MECHANISM_INVALID),
         };
-        let defer = route.defer;
         let mut op = Op {
-            // The parameter is copied only when it may be needed again (below).
-            mech: Mechanism::new(mech.mechanism),
+            // The parameter is parsed and kept only when another candidate may have to run
+            // the operation (binding deferred, or failover); otherwise the caller's mechanism
+            // goes to the provider as it came.
+            mech: Mechanism::new(mt),
             key,
             cands: route.cands.clone(),
             bound: None,
             extra: extra.to_vec(),
             bytes: 0,
         };
-        if defer {
-            op.mech = mech.clone();
+        if route.defer {
+            op.mech = mech.to_mechanism()?;
             // Bind when the data length is known; check the key now.
             if let Some(k) = key {
                 let ks = self.p(self.meta()?.keystore);
@@ -511,12 +517,12 @@ impl OpenCf {
                         }
                     })?;
             }
+        } else if op.cands.len() > 1 {
+            // A later candidate may have to re-run the operation (failover).
+            op.mech = mech.to_mechanism()?;
+            self.bind(&mut ms, kind, &mut op, 0, None)?;
         } else {
             self.bind_with(&mut ms, kind, &mut op, mech, 0, None)?;
-            // A later candidate may have to re-run the operation (failover).
-            if op.bound.is_some_and(|b| b.idx + 1 < op.cands.len()) {
-                op.mech = mech.clone();
-            }
         }
         ms.ops[kind as usize] = Some(op);
         Ok(())
@@ -527,19 +533,62 @@ impl OpenCf {
     /// re-runs the whole operation on the next candidate.
     pub fn meta_single(
         &self,
-        m: &Mutex<MetaSession>,
+        m: &opencf_abi::sync::SessionLock<MetaSession>,
         kind: OpKind,
         len: usize,
         query: bool,
         mut f: impl FnMut(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
-        let mut ms = m.lock().unwrap_or_else(|e| e.into_inner());
-        let mut op = ms.ops[kind as usize]
-            .take()
+        let mut ms = m.lock();
+        // The usual case, in place: the operation is bound and its provider answers.
+        let msr = &mut *ms;
+        let op = msr.ops[kind as usize]
+            .as_mut()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        if op.bound.is_none() {
-            self.bind(&mut ms, kind, &mut op, 0, Some(len))?;
+        if let Some(b) = op.bound {
+            msr.calls = msr.calls.wrapping_add(1);
+            let t0 = (msr.calls.is_multiple_of(LATENCY_SAMPLE) && !query && b.counters.is_some())
+                .then(std::time::Instant::now);
+            let r = f(self.p(b.prov), b.h);
+            match r {
+                Ok(()) if query => return r,
+                Err(CKR_BUFFER_TOO_SMALL) => return r,
+                Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
+                    // Failover below: the next candidate re-runs the whole operation.
+                    self.left(b.prov, op.mech.mechanism, e, true);
+                    op.bound = None;
+                    let mut op = msr.ops[kind as usize].take().expect("active");
+                    if self
+                        .bind(&mut ms, kind, &mut op, b.idx + 1, Some(len))
+                        .is_err()
+                    {
+                        return Err(e);
+                    }
+                    return self.meta_single_slow(&mut ms, op, kind, len, query, f);
+                }
+                r => {
+                    ran(b.counters, &r, len as u64, t0);
+                    msr.ops[kind as usize] = None;
+                    return r;
+                }
+            }
         }
+        let mut op = msr.ops[kind as usize].take().expect("active");
+        self.bind(&mut ms, kind, &mut op, 0, Some(len))?;
+        self.meta_single_slow(&mut ms, op, kind, len, query, f)
+    }
+
+    /// [`OpenCf::meta_single`] once the operation has been (re)bound: runs it, failing over to
+    /// the next candidate on a recoverable error.
+    fn meta_single_slow(
+        &self,
+        ms: &mut MetaSession,
+        mut op: Op,
+        kind: OpKind,
+        len: usize,
+        query: bool,
+        mut f: impl FnMut(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
+    ) -> CkResult<()> {
         ms.calls = ms.calls.wrapping_add(1);
         let timed = ms.calls.is_multiple_of(LATENCY_SAMPLE)
             && !query
@@ -555,10 +604,7 @@ impl OpenCf {
                 Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
                     self.left(b.prov, op.mech.mechanism, e, true);
                     op.bound = None;
-                    if self
-                        .bind(&mut ms, kind, &mut op, b.idx + 1, Some(len))
-                        .is_err()
-                    {
+                    if self.bind(ms, kind, &mut op, b.idx + 1, Some(len)).is_err() {
                         return Err(e);
                     }
                 }
@@ -576,13 +622,13 @@ impl OpenCf {
     /// waiting for the length). `ends`: the step ends the operation when it returns `r`.
     pub fn meta_step(
         &self,
-        m: &Mutex<MetaSession>,
+        m: &opencf_abi::sync::SessionLock<MetaSession>,
         kind: OpKind,
         len: usize,
         ends: impl Fn(&CkResult<()>) -> bool,
         f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
-        let mut ms = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ms = m.lock();
         let mut op = ms.ops[kind as usize]
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;

@@ -6,14 +6,14 @@
 
 use crate::metaslot::{MetaSession, KINDS};
 use crate::{dispatch, OpenCf, Sess, METASLOT_ID};
+use opencf_abi::sync::{SessionGuard, SessionLock};
 use opencf_abi::sys::*;
 use opencf_abi::CkResult;
-use std::sync::{Mutex, MutexGuard};
 
 impl OpenCf {
     /// Locks a metaslot session's state.
-    pub fn lock<'a>(&self, m: &'a Mutex<MetaSession>) -> MutexGuard<'a, MetaSession> {
-        m.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn lock<'a>(&self, m: &'a SessionLock<MetaSession>) -> SessionGuard<'a, MetaSession> {
+        m.lock()
     }
 
     /// `C_OpenSession`.
@@ -21,11 +21,9 @@ impl OpenCf {
         if slot == METASLOT_ID {
             let m = self.meta()?;
             let ks = self.p(m.keystore).open_session(m.ks_slot, flags)?;
-            return Ok(self
-                .sessions
-                .insert(Sess::Meta(Box::new(Mutex::new(MetaSession::new(
-                    flags, ks,
-                ))))));
+            return Ok(self.sessions.insert(Sess::Meta(Box::new(SessionLock::new(
+                MetaSession::new(flags, ks),
+            )))));
         }
         let (prov, ps) = self.provider_slot(slot)?;
         let h = self.p(prov).open_session(ps, flags)?;

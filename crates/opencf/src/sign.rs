@@ -10,7 +10,7 @@ use opencf_abi::*;
 macro_rules! init_fn {
     ($(#[$d:meta])* $name:ident, $kind:expr) => {
         $(#[$d])*
-        pub fn $name(&self, s: CK_SESSION_HANDLE, mech: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
+        pub fn $name(&self, s: CK_SESSION_HANDLE, mech: MechRef<'_>, k: CK_OBJECT_HANDLE) -> CkResult<()> {
             dispatch!(
                 self,
                 s,
@@ -125,7 +125,7 @@ impl OpenCf {
                 crate::crypt::allowed(c, mech)?;
                 p.verify_signature_init(h, mech, k, sig)
             },
-            |m| self.meta_init(m, OpKind::VerifySignature, mech, Some(k), sig)
+            |m| self.meta_init(m, OpKind::VerifySignature, mech.into(), Some(k), sig)
         )
     }
     /// `C_VerifySignature`.

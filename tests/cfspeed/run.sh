@@ -135,5 +135,40 @@ expect "--break-even verdict" '^(min_bytes = [0-9]+|  ours is not faster than na
 # 8. --chart with another format is refused before measuring.
 if "$CFSPEED" CKM_SHA256 --chart x.png >png.out 2>&1; then fail "--chart x.png accepted"; else expect "--chart x.png refused" 'only SVG is written' png.out; fi
 
+# 9. --vs-env reaches the --vs-module's C_Initialize: a copy of libopencf.so initialized with
+#    OPENCF_STAT=off counts nothing, the same copy with OPENCF_STAT=on counts its operations
+#    (ours is the software token loaded directly, which never counts).
+mkdir -p "$WORK/copy" "$WORK/statoff" "$WORK/staton"
+cp "$WORK/bin/libopencf.so" "$WORK/copy/libopencf.so"
+printf '[[provider]]\nname = "softtoken"\nmodule = "%s"\n' "$WORK/bin/libopencf_softtoken.so" >vsenv.toml
+for mode in off on; do
+    if OPENCF_CONF="$WORK/vsenv.toml" OPENCF_STAT_DIR="$WORK/stat$mode" "$CFSPEED" \
+        --module "$WORK/bin/libopencf_softtoken.so" --vs-module "$WORK/copy/libopencf.so" --vs-slot 0 \
+        --vs-env "OPENCF_STAT=$mode" CKM_SHA256 --sizes 16 --seconds 0.1 --runs 1 >"vsenv-$mode.out" 2>&1; then
+        ok "--vs-env OPENCF_STAT=$mode exits 0"
+    else
+        fail "--vs-env OPENCF_STAT=$mode failed"; cat "vsenv-$mode.out" >&2
+    fi
+    OPENCF_STAT_DIR="$WORK/stat$mode" "$REL/cryptoadm" stat --json -m CKM_SHA256 >"vsenv-$mode.json" 2>/dev/null || true
+done
+if python3 - "$WORK/vsenv-off.json" "$WORK/vsenv-on.json" <<'PY'
+import json, sys
+def ops(f):
+    try:
+        d = json.load(open(f))
+    except ValueError:
+        return 0
+    return sum(m["ops"] for m in d.get("mechanisms", []) if m["mechanism"] == "CKM_SHA256")
+off, on = ops(sys.argv[1]), ops(sys.argv[2])
+print(f"    counted with OPENCF_STAT=off: {off}, with OPENCF_STAT=on: {on}")
+sys.exit(0 if off == 0 and on > 0 else 1)
+PY
+then ok "--vs-env sets the variable for the --vs-module only while it initializes"; else fail "--vs-env did not reach the --vs-module"; fi
+if "$CFSPEED" --vs-module "$WORK/copy/libopencf.so" --vs-env NOEQUALS CKM_SHA256 >vsbad.out 2>&1; then
+    fail "--vs-env NOEQUALS accepted"
+else
+    expect "--vs-env without '=' refused" 'expected VAR=VALUE' vsbad.out
+fi
+
 echo "cfspeed: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

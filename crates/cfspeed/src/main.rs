@@ -84,6 +84,12 @@ struct Args {
     /// User PIN of --vs-module's token (without one: public session objects).
     #[arg(long, env = "CFSPEED_VS_PIN")]
     vs_pin: Option<String>,
+    /// Set VAR=VALUE in the environment while --vs-module is initialized, and
+    /// restore it afterwards (repeatable). With a copy of libopencf.so as
+    /// --vs-module, `--vs-env OPENCF_STAT=off` compares the framework with and
+    /// without counting in one run.
+    #[arg(long, value_name = "VAR=VALUE")]
+    vs_env: Vec<String>,
 
     /// Threads, each with its own session; with N > 1, 1 thread is measured
     /// too and the scaling printed.
@@ -377,7 +383,8 @@ fn run(args: Args) -> Result<bool, String> {
             if name == "ours" || name == "native" || name == "native-reuse" {
                 name = format!("vs-{name}");
             }
-            Some(Rc::new(Module::open(
+            let saved = set_env(&args.vs_env)?;
+            let opened = Module::open(
                 &name,
                 &ModuleSpec {
                     path: p.clone(),
@@ -386,7 +393,9 @@ fn run(args: Args) -> Result<bool, String> {
                     pin: args.vs_pin.clone(),
                     new_pin: None,
                 },
-            )?))
+            );
+            restore_env(saved);
+            Some(Rc::new(opened?))
         }
         None => None,
     };
@@ -768,4 +777,30 @@ fn measure(
         }
     }
     Ok((rows, ratios))
+}
+
+/// Sets each `VAR=VALUE` of `--vs-env`, returning the previous values. Called before any
+/// measuring thread exists, while only the modules opened so far may read the environment
+/// (at their `C_Initialize`, which has returned).
+fn set_env(pairs: &[String]) -> Result<Vec<(String, Option<std::ffi::OsString>)>, String> {
+    let mut saved = Vec::new();
+    for p in pairs {
+        let (k, v) = p
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| format!("--vs-env {p}: expected VAR=VALUE"))?;
+        saved.push((k.to_string(), std::env::var_os(k)));
+        std::env::set_var(k, v);
+    }
+    Ok(saved)
+}
+
+/// Puts back what [`set_env`] changed.
+fn restore_env(saved: Vec<(String, Option<std::ffi::OsString>)>) {
+    for (k, v) in saved.into_iter().rev() {
+        match v {
+            Some(v) => std::env::set_var(&k, v),
+            None => std::env::remove_var(&k),
+        }
+    }
 }

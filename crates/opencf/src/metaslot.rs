@@ -121,6 +121,9 @@ pub struct Op {
     pub extra: Vec<u8>,
     /// Input bytes of the multi-part calls so far (for the statistics).
     pub bytes: u64,
+    /// Bound at init to the candidate for the smallest input although a `min_bytes` threshold
+    /// applies: a single-part call with more data may move it (see `route::meta_single`).
+    pub eager: bool,
 }
 
 /// A metaslot session.

@@ -474,6 +474,21 @@ impl OpenCf {
         Err(last)
     }
 
+    /// The first of `cands` that takes a single-part input of `len` bytes for mechanism `mt`:
+    /// the first whose `min_bytes` threshold (if any) is at most `len`, else the last (the rule
+    /// of [`OpenCf::bind`]).
+    fn first_for_len(&self, cands: &[usize], mt: CK_MECHANISM_TYPE, len: usize) -> usize {
+        (0..cands.len())
+            .find(|&i| {
+                i + 1 == cands.len()
+                    || self.providers[cands[i]]
+                        .cfg
+                        .min_bytes(mt)
+                        .is_none_or(|min| len as u64 >= min)
+            })
+            .unwrap_or(0)
+    }
+
     /// A metaslot `C_*Init`.
     pub fn meta_init(
         &self,
@@ -502,10 +517,22 @@ impl OpenCf {
             bound: None,
             extra: extra.to_vec(),
             bytes: 0,
+            eager: false,
         };
         if route.defer {
             op.mech = mech.to_mechanism()?;
-            // Bind when the data length is known; check the key now.
+            // A threshold applies, but binding now costs nothing when the candidate for the
+            // smallest input can cancel the operation (`C_SessionCancel`, 3.0) should a larger
+            // input belong to an earlier candidate: errors then come from the init, as without
+            // a threshold, and small operations take the direct path.
+            let small = self.first_for_len(&op.cands, mt, 0);
+            if self.p(op.cands[small]).has_v3() {
+                self.bind(&mut ms, kind, &mut op, small, Some(0))?;
+                op.eager = true;
+                ms.ops[kind as usize] = Some(op);
+                return Ok(());
+            }
+            // Otherwise bind when the data length is known; check the key now.
             if let Some(k) = key {
                 let ks = self.p(self.meta()?.keystore);
                 ks.get_attribute_value(ms.ks, k, &[CKA_CLASS])
@@ -545,6 +572,18 @@ impl OpenCf {
         let op = msr.ops[kind as usize]
             .as_mut()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if let (true, Some(b)) = (op.eager, op.bound) {
+            let want = self.first_for_len(&op.cands, op.mech.mechanism, len);
+            if want < b.idx && self.p(b.prov).session_cancel(b.h, kind.flag()).is_ok() {
+                // The input reaches an earlier candidate's threshold: move the operation.
+                let mut op = msr.ops[kind as usize].take().expect("active");
+                op.bound = None;
+                op.eager = false;
+                self.bind(&mut ms, kind, &mut op, want, Some(len))?;
+                return self.meta_single_slow(&mut ms, op, kind, len, query, f);
+            }
+            // (If the provider could not cancel, the operation runs where it is.)
+        }
         if let Some(b) = op.bound {
             msr.calls = msr.calls.wrapping_add(1);
             let t0 = (msr.calls.is_multiple_of(LATENCY_SAMPLE) && !query && b.counters.is_some())

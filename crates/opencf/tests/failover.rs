@@ -37,6 +37,16 @@ fn load(tag: &str, mode: &str) -> (Pkcs11, PathBuf) {
 
 /// [`load`] with `auto_key_migrate` set as given.
 fn load_with(tag: &str, mode: &str, auto_key_migrate: bool) -> (Pkcs11, PathBuf) {
+    load_conf(tag, mode, auto_key_migrate, "")
+}
+
+/// [`load_with`] with `faulty_extra` added to the faulty provider's section of the config.
+fn load_conf(
+    tag: &str,
+    mode: &str,
+    auto_key_migrate: bool,
+    faulty_extra: &str,
+) -> (Pkcs11, PathBuf) {
     let dir = fresh_dir(&format!("failover-{tag}"));
     let conf = format!(
         r#"
@@ -48,6 +58,7 @@ auto_key_migrate = {auto_key_migrate}
 [[provider]]
 name = "faulty"
 module = "{}"
+{faulty_extra}
 
 [[provider]]
 name = "softtoken"
@@ -537,5 +548,76 @@ fn unextractable_key_stays_without_migration() {
         rsa_clones_in_faulty(&p, &modulus).is_empty(),
         "no clone outside the keystore"
     );
+    p.finalize().unwrap();
+}
+
+/// A `min_bytes` threshold on the faulty provider (first) for AES-ECB: the metaslot binds each
+/// operation at init to the software token (the candidate for small inputs, which can cancel
+/// an operation), runs small inputs there, and moves a single-part call whose input reaches
+/// the threshold to the faulty provider. The counters show where each operation ran, and the
+/// results are correct both ways.
+#[test]
+fn threshold_binds_at_init_and_moves_large_inputs() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf(
+        "eager",
+        "none",
+        true,
+        "[provider.policy.CKM_AES_ECB]\nmin_bytes = 64",
+    );
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let k = make_keys(&s);
+    let ops = |name| provider_stats(name)[0];
+    let (f0, s0) = (ops("faulty"), ops("softtoken"));
+    let short = [7u8; 16];
+    let c = s.encrypt(&Mechanism::AesEcb, k.aes, &short).unwrap();
+    assert_eq!(s.decrypt(&Mechanism::AesEcb, k.aes, &c).unwrap(), short);
+    assert_eq!(
+        (ops("faulty") - f0, ops("softtoken") - s0),
+        (0, 2),
+        "16-byte operations ran in the software token"
+    );
+    let long = [9u8; 128];
+    let c = s.encrypt(&Mechanism::AesEcb, k.aes, &long).unwrap();
+    assert_eq!(s.decrypt(&Mechanism::AesEcb, k.aes, &c).unwrap(), long);
+    assert_eq!(
+        (ops("faulty") - f0, ops("softtoken") - s0),
+        (2, 2),
+        "128-byte operations moved to the faulty provider"
+    );
+    assert_eq!(secret_keys_in_faulty(&p), 1, "the AES key's clone");
+    // A size query (NULL output) leaves the operation active where the input belongs; the
+    // call with a buffer then completes it there.
+    let c2 = s.encrypt(&Mechanism::AesEcb, k.aes, &long).unwrap();
+    assert_eq!(c2, c, "AES-ECB is deterministic");
+    assert_eq!(ops("faulty") - f0, 3);
+    // Binding at init: a key the operation may not use is refused by C_EncryptInit itself.
+    let no_encrypt = s
+        .generate_key(
+            &Mechanism::AesKeyGen,
+            &[
+                Attribute::ValueLen(16.into()),
+                Attribute::Token(false),
+                Attribute::Encrypt(false),
+            ],
+        )
+        .unwrap();
+    match s.encrypt_init(&Mechanism::AesEcb, no_encrypt) {
+        Err(Error::Pkcs11(RvError::KeyFunctionNotPermitted, _)) => {}
+        r => panic!("C_EncryptInit with a key without CKA_ENCRYPT: {r:?}"),
+    }
+    // A multi-part operation stays where the init bound it.
+    let s1 = ops("softtoken");
+    s.encrypt_init(&Mechanism::AesEcb, k.aes).unwrap();
+    let mut out = s.encrypt_update(&long).unwrap();
+    out.extend(s.encrypt_final().unwrap());
+    assert_eq!(out, c, "multi-part equals single-part");
+    assert_eq!(
+        ops("softtoken") - s1,
+        1,
+        "multi-part ran in the software token"
+    );
+    drop(s);
     p.finalize().unwrap();
 }

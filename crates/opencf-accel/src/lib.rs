@@ -1,13 +1,15 @@
 //! The OpenCF accelerator provider, `libopencf_accel.so`: RSA private-key operations for
-//! 2048-, 3072- and 4096-bit keys on a multi-buffer AVX-512 IFMA engine, behind the
-//! framework's metaslot. See docs/ACCEL.md.
+//! 2048-, 3072- and 4096-bit keys on a multi-buffer AVX-512 IFMA engine, and single large
+//! AES-GCM operations split across cores, behind the framework's metaslot. See
+//! docs/ACCEL.md.
 //!
 //! * one slot (0), token "OpenCF Accelerator", no login needed (`C_Login` is accepted and
 //!   ignored, see [`Accel::login`]); session objects only;
 //! * [`engine`]: the lane engines; [`rsa`]: a key's engine form and the raw private
 //!   operation; [`ct`]: constant-time scalar arithmetic around the engine; [`sched`]: the
 //!   worker threads and batching; [`mech`]: mechanisms and padding; [`objects`]: session
-//!   objects; [`fault`]: the test-only fault switch.
+//!   objects; [`gcm`]: the bulk AES-GCM engine, on [`gf128`] arithmetic; [`fault`]: the
+//!   test-only fault switch.
 //!
 //! The crate denies `unsafe` code; the one exception is the call into the IFMA engine after
 //! the CPU check (`engine::run`), and the items `pkcs11_module!` generates.
@@ -18,11 +20,15 @@
 pub mod ct;
 pub mod engine;
 pub mod fault;
+pub mod gcm;
+pub mod gf128;
 pub mod mech;
 pub mod objects;
 pub mod rsa;
 pub mod sched;
 
+use fault::Fault;
+use gcm::{Bulk, GcmOp};
 use mech::{DecryptOp, SignOp};
 use objects::{Material, Object};
 use opencf_abi::sys::*;
@@ -42,20 +48,32 @@ pub const LABEL: &str = "OpenCF Accelerator";
 /// The one slot.
 pub const SLOT: CK_SLOT_ID = 0;
 
+/// An active decryption: RSA, or AES-GCM.
+enum Decrypt {
+    Rsa(DecryptOp),
+    Gcm(GcmOp),
+}
+
 #[derive(Default)]
 struct Session {
     flags: CK_FLAGS,
     find: Option<Vec<CK_OBJECT_HANDLE>>,
     sign: Option<SignOp>,
-    decrypt: Option<DecryptOp>,
+    encrypt: Option<GcmOp>,
+    decrypt: Option<Decrypt>,
 }
 
 type Shared<T> = RwLock<HashMap<u64, Arc<T>>>;
+
+/// An AES-GCM operation taken out of its session for one step.
+type Taken = (Arc<Mutex<Session>>, GcmOp);
 
 /// The provider.
 pub struct Accel {
     engine: Option<engine::Kind>,
     sched: Scheduler,
+    /// The bulk engine, when offered here ([`gcm::available`]).
+    bulk: Option<Bulk>,
     sessions: Shared<Mutex<Session>>,
     objects: Shared<Object>,
     next_handle: AtomicU64,
@@ -143,6 +161,98 @@ impl Accel {
         o.rsa()
     }
 
+    /// A `CKM_AES_GCM` operation with AES key `h` (`CKR_MECHANISM_INVALID` without the bulk
+    /// engine).
+    fn gcm_op(&self, m: &Mechanism, h: CK_OBJECT_HANDLE, encrypt: bool) -> CkResult<GcmOp> {
+        if self.bulk.is_none() || m.mechanism != CKM_AES_GCM {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        let usage = if encrypt { CKA_ENCRYPT } else { CKA_DECRYPT };
+        let o = self.key(h, usage, m.mechanism)?;
+        if o.class != CKO_SECRET_KEY || o.key_type != CKK_AES {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        }
+        GcmOp::new(m, o.gcm()?, encrypt)
+    }
+
+    /// Runs one step `f` of the AES-GCM operation `op` taken from session `sess`, with the
+    /// PKCS#11 rules: a size query or `CKR_BUFFER_TOO_SMALL` keeps the operation, as does a
+    /// successful step that does not `finish` it; anything else ends it. A single-part step
+    /// (`one_shot`) obeys the fault switch first (`busy`: `CKR_DEVICE_MEMORY`,
+    /// `engine-error`: `CKR_DEVICE_ERROR`, both recoverable for the framework).
+    fn gcm_step(
+        &self,
+        sess: &Mutex<Session>,
+        mut op: GcmOp,
+        finishes: bool,
+        one_shot: bool,
+        out: &mut OutBuf,
+        f: impl FnOnce(&mut GcmOp, &Bulk, &mut OutBuf) -> CkResult<()>,
+    ) -> CkResult<()> {
+        let bulk = self.bulk.as_ref().ok_or(CKR_FUNCTION_FAILED)?;
+        let r = match fault::current() {
+            Fault::Busy if one_shot => Err(CKR_DEVICE_MEMORY),
+            Fault::EngineError if one_shot => Err(CKR_DEVICE_ERROR),
+            _ => f(&mut op, bulk, out),
+        };
+        let keep = match r {
+            Ok(()) => out.is_query() || !finishes,
+            Err(e) => e == CKR_BUFFER_TOO_SMALL,
+        };
+        if keep {
+            let mut st = lock(sess);
+            if op.encrypts() {
+                st.encrypt = Some(op);
+            } else {
+                st.decrypt = Some(Decrypt::Gcm(op));
+            }
+        }
+        r
+    }
+
+    /// `C_EncryptUpdate` / `C_DecryptUpdate` on an AES-GCM operation taken out of its session.
+    fn gcm_update(&self, taken: CkResult<Taken>, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let (sess, op) = taken?;
+        self.gcm_step(&sess, op, false, false, out, |op, _, out| {
+            op.update(data, out)
+        })
+    }
+
+    /// `C_EncryptFinal` / `C_DecryptFinal` on an AES-GCM operation taken out of its session.
+    fn gcm_final(&self, taken: CkResult<Taken>, out: &mut OutBuf) -> CkResult<()> {
+        let (sess, op) = taken?;
+        self.gcm_step(&sess, op, true, false, out, |op, bulk, out| {
+            op.finalize(bulk, out)
+        })
+    }
+
+    /// The active operation of session `s` in the slot `field` picks, taken out of it.
+    fn take<T>(
+        &self,
+        s: CK_SESSION_HANDLE,
+        field: impl Fn(&mut Session) -> &mut Option<T>,
+    ) -> CkResult<(Arc<Mutex<Session>>, T)> {
+        let sess = self.session(s)?;
+        let op = field(&mut lock(&sess))
+            .take()
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        Ok((sess, op))
+    }
+
+    /// The active encryption of session `s`, taken out of it.
+    fn take_encrypt(&self, s: CK_SESSION_HANDLE) -> CkResult<Taken> {
+        self.take(s, |st| &mut st.encrypt)
+    }
+
+    /// The active AES-GCM decryption of session `s`, taken out of it; an RSA decryption
+    /// ends with `CKR_FUNCTION_NOT_SUPPORTED` (it has no multi-part form).
+    fn take_gcm_decrypt(&self, s: CK_SESSION_HANDLE) -> CkResult<Taken> {
+        match self.take(s, |st| &mut st.decrypt)? {
+            (sess, Decrypt::Gcm(op)) => Ok((sess, op)),
+            (_, Decrypt::Rsa(_)) => Err(CKR_FUNCTION_NOT_SUPPORTED),
+        }
+    }
+
     /// Starts an operation in the slot `field` picks: `CKR_OPERATION_ACTIVE` when one runs.
     fn start<T>(
         &self,
@@ -212,6 +322,7 @@ impl Backend for Accel {
         Ok(Accel {
             engine,
             sched: Scheduler::new(engine.unwrap_or(engine::Kind::Portable)),
+            bulk: gcm::available().then(Bulk::default),
             sessions: RwLock::default(),
             objects: RwLock::default(),
             next_handle: AtomicU64::new(1),
@@ -221,6 +332,9 @@ impl Backend for Accel {
 
     fn finalize(&self) {
         self.sched.shutdown();
+        if let Some(b) = &self.bulk {
+            b.shutdown();
+        }
         write(&self.sessions).clear();
         write(&self.objects).clear();
     }
@@ -285,7 +399,7 @@ impl Backend for Accel {
 
     fn get_mechanism_list(&self, slot: CK_SLOT_ID) -> CkResult<Vec<CK_MECHANISM_TYPE>> {
         self.check_slot(slot)?;
-        Ok(mech::list(self.engine.is_some()))
+        Ok(mech::list(self.engine.is_some(), self.bulk.is_some()))
     }
 
     fn get_mechanism_info(
@@ -294,7 +408,7 @@ impl Backend for Accel {
         m: CK_MECHANISM_TYPE,
     ) -> CkResult<CK_MECHANISM_INFO> {
         self.check_slot(slot)?;
-        mech::info(self.engine.is_some(), m)
+        mech::info(self.engine.is_some(), self.bulk.is_some(), m)
     }
 
     fn open_session(&self, slot: CK_SLOT_ID, flags: CK_FLAGS) -> CkResult<CK_SESSION_HANDLE> {
@@ -353,6 +467,9 @@ impl Backend for Accel {
         let mut st = lock(&sess);
         if flags & CKF_SIGN != 0 {
             st.sign = None;
+        }
+        if flags & CKF_ENCRYPT != 0 {
+            st.encrypt = None;
         }
         if flags & CKF_DECRYPT != 0 {
             st.decrypt = None;
@@ -450,6 +567,30 @@ impl Backend for Accel {
         Ok(())
     }
 
+    fn encrypt_init(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.start(s, |st| &mut st.encrypt, || self.gcm_op(m, key, true))
+    }
+
+    fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let (sess, op) = self.take_encrypt(s)?;
+        self.gcm_step(&sess, op, true, true, out, |op, bulk, out| {
+            op.one_shot(bulk, data, out)
+        })
+    }
+
+    fn encrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        self.gcm_update(self.take_encrypt(s), data, out)
+    }
+
+    fn encrypt_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        self.gcm_final(self.take_encrypt(s), out)
+    }
+
     fn decrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
@@ -459,17 +600,25 @@ impl Backend for Accel {
         self.start(
             s,
             |st| &mut st.decrypt,
-            || DecryptOp::new(m, self.rsa_key(key, CKA_DECRYPT, m.mechanism)?),
+            || match m.mechanism {
+                CKM_AES_GCM => self.gcm_op(m, key, false).map(Decrypt::Gcm),
+                _ => DecryptOp::new(m, self.rsa_key(key, CKA_DECRYPT, m.mechanism)?)
+                    .map(Decrypt::Rsa),
+            },
         )
     }
 
     fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        let sess = self.session(s)?;
-        let op = lock(&sess)
-            .decrypt
-            .take()
-            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        let keep = |op| lock(&sess).decrypt = Some(op);
+        let (sess, op) = self.take(s, |st| &mut st.decrypt)?;
+        let op = match op {
+            Decrypt::Gcm(op) => {
+                return self.gcm_step(&sess, op, true, true, out, |op, bulk, out| {
+                    op.one_shot(bulk, data, out)
+                })
+            }
+            Decrypt::Rsa(op) => op,
+        };
+        let keep = |op| lock(&sess).decrypt = Some(Decrypt::Rsa(op));
         if out.is_query() {
             out.reserve(op.max_len())?;
             keep(op);
@@ -483,6 +632,14 @@ impl Backend for Accel {
             }
             r => r.map(|_| ()),
         }
+    }
+
+    fn decrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        self.gcm_update(self.take_gcm_decrypt(s), data, out)
+    }
+
+    fn decrypt_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        self.gcm_final(self.take_gcm_decrypt(s), out)
     }
 
     fn sign_init(

@@ -1,4 +1,5 @@
-//! Mechanisms: the list, and the RSA sign and decrypt operations around the engine.
+//! Mechanisms: the list, and the RSA sign and decrypt operations around the engine
+//! (`CKM_AES_GCM` is in [`crate::gcm`]).
 //!
 //! Padding is OpenSSL's own code, run on the key's *identity* form ([`RsaKey::identity`]:
 //! the same modulus and primes with every exponent 1, so that OpenSSL's "private operation"
@@ -42,20 +43,28 @@ const RSA_MECHS: [(CK_MECHANISM_TYPE, CK_FLAGS); 11] = [
 const UNWRAP_MECHS: [CK_MECHANISM_TYPE; 3] =
     [CKM_AES_KEY_WRAP, CKM_AES_KEY_WRAP_KWP, CKM_AES_KEY_WRAP_PAD];
 
-/// The mechanism list: the RSA mechanisms only when an engine serves them.
-pub fn list(engine: bool) -> Vec<CK_MECHANISM_TYPE> {
+/// The mechanism list: the RSA mechanisms only when an engine serves them, `CKM_AES_GCM`
+/// only with the bulk engine.
+pub fn list(engine: bool, bulk: bool) -> Vec<CK_MECHANISM_TYPE> {
     let rsa = RSA_MECHS.iter().filter(|_| engine).map(|m| m.0);
-    rsa.chain(UNWRAP_MECHS).collect()
+    let gcm = [CKM_AES_GCM].into_iter().filter(|_| bulk);
+    rsa.chain(gcm).chain(UNWRAP_MECHS).collect()
 }
 
 /// `C_GetMechanismInfo`.
-pub fn info(engine: bool, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHANISM_INFO> {
-    if UNWRAP_MECHS.contains(&m) {
-        return Ok(CK_MECHANISM_INFO {
+pub fn info(engine: bool, bulk: bool, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHANISM_INFO> {
+    let aes = |flags| {
+        Ok(CK_MECHANISM_INFO {
             ulMinKeySize: 16,
             ulMaxKeySize: 32,
-            flags: CKF_UNWRAP,
-        });
+            flags,
+        })
+    };
+    if UNWRAP_MECHS.contains(&m) {
+        return aes(CKF_UNWRAP);
+    }
+    if m == CKM_AES_GCM && bulk {
+        return aes(CKF_ENCRYPT | CKF_DECRYPT);
     }
     match RSA_MECHS.iter().find(|x| x.0 == m) {
         Some((_, flags)) if engine => Ok(CK_MECHANISM_INFO {

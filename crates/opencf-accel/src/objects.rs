@@ -5,9 +5,10 @@
 //! `CKR_ATTRIBUTE_VALUE_INVALID`); secret values (`CKA_VALUE` of a secret key, the private
 //! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
 //! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
-//! false unless the template sets them. The engine form of an RSA key is built on first use
-//! and kept with the object.
+//! false unless the template sets them. The engine form of an RSA key and the GCM form of an
+//! AES key are built on first use and kept with the object.
 
+use crate::gcm::GcmKey;
 use crate::rsa::{RsaKey, RsaParts};
 use opencf_abi::sys::*;
 use opencf_abi::{AttrValue, Attribute, CkResult};
@@ -66,6 +67,7 @@ pub struct Object {
     attrs: Vec<Attribute>,
     secret: Secret,
     rsa: OnceLock<CkResult<Arc<RsaKey>>>,
+    gcm: OnceLock<CkResult<Arc<GcmKey>>>,
 }
 
 /// The secret material of an object.
@@ -257,6 +259,7 @@ impl Object {
             attrs,
             secret,
             rsa: OnceLock::new(),
+            gcm: OnceLock::new(),
         })
     }
 
@@ -303,6 +306,16 @@ impl Object {
             Secret::Aes(v) => Some(v),
             _ => None,
         }
+    }
+
+    /// The GCM form of an AES key ([`GcmKey`]: `H` and `H⁻²`), built on first use.
+    pub fn gcm(&self) -> CkResult<Arc<GcmKey>> {
+        let Secret::Aes(v) = &self.secret else {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        };
+        self.gcm
+            .get_or_init(|| GcmKey::new(v).map(Arc::new))
+            .clone()
     }
 
     /// The engine form of an RSA private key, built on first use. A key the engine cannot

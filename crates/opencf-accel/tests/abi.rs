@@ -5,7 +5,6 @@
 //!
 //! Build first: `cargo build --release -p opencf-accel` (cargo test builds the library too).
 
-use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
 use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsOaepParams, PkcsOaepSource, PkcsPssParams};
 use cryptoki::mechanism::{Mechanism, MechanismType};
@@ -17,42 +16,9 @@ use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Private};
 use openssl::rsa::{Padding, Rsa};
 use openssl::sign::{RsaPssSaltlen, Verifier};
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
 
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// The newer of `target/release/libopencf_accel.so` and its copy in `deps/`.
-fn library() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap();
-    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let top = root.join("target/release/libopencf_accel.so");
-    let deps = root.join("target/release/deps/libopencf_accel.so");
-    match (age(&top), age(&deps)) {
-        (Some(a), Some(b)) if b > a => deps,
-        (None, Some(_)) => deps,
-        _ => top,
-    }
-}
-
-fn module() -> &'static Pkcs11 {
-    static M: OnceLock<Pkcs11> = OnceLock::new();
-    M.get_or_init(|| {
-        let p = Pkcs11::new(library()).expect("load libopencf_accel.so");
-        p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
-            .unwrap();
-        p
-    })
-}
-
-fn session() -> Session {
-    let p = module();
-    let slot = p.get_slots_with_token().unwrap()[0];
-    p.open_rw_session(slot).unwrap()
-}
+mod common;
+use common::{module, session, start, LOCK};
 
 /// Whether the provider serves RSA here; prints why not.
 fn engine_here() -> bool {
@@ -200,11 +166,9 @@ fn token_and_object_rules() {
 
 #[test]
 fn by_value_and_by_unwrap() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !engine_here() {
+    let Some((_g, s)) = start(engine_here) else {
         return;
-    }
-    let s = session();
+    };
     let msg: Vec<u8> = (0..100u8).collect();
     for bits in [2048, 3072, 4096] {
         let key = Rsa::generate(bits).unwrap();
@@ -336,11 +300,9 @@ fn eight_threads() {
 
 #[test]
 fn fault_switch() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if !engine_here() {
+    let Some((_g, s)) = start(engine_here) else {
         return;
-    }
-    let s = session();
+    };
     let key = Rsa::generate(2048).unwrap();
     let h = s.create_object(&private_template(&key)).unwrap();
     std::env::set_var("OPENCF_ACCEL_FAULT", "engine-error");

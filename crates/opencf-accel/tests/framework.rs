@@ -12,9 +12,10 @@
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
+use cryptoki::mechanism::aead::GcmParams;
 use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsPssParams};
 use cryptoki::mechanism::{Mechanism, MechanismType};
-use cryptoki::object::{Attribute, AttributeType, ObjectHandle};
+use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
 use cryptoki::session::{Session, UserType};
 use cryptoki::slot::Slot;
 use cryptoki::types::AuthPin;
@@ -23,7 +24,11 @@ use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Public};
 use openssl::rsa::{Padding, Rsa};
 use openssl::sign::{RsaPssSaltlen, Verifier};
+use openssl::symm::Cipher;
 use std::path::{Path, PathBuf};
+
+/// `CKM_AES_GCM`.
+const CKM_AES_GCM: u64 = 0x1087;
 
 fn release(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -74,6 +79,65 @@ fn cryptoadm_stat(dir: &Path, provider: &str) -> (u64, u64) {
         rows.iter().filter_map(|r| r[field].as_u64()).sum()
     };
     (sum("fallbacks"), sum("busy"))
+}
+
+/// The `min_bytes` of `CKM_AES_GCM` on "accel" in this test's configuration.
+const GCM_MIN: usize = 1 << 20;
+
+/// `CKM_AES_GCM` operations of `provider`.
+fn gcm_ops(dir: &Path, provider: &str) -> u64 {
+    let snap = opencf_stat::read(dir).expect("read the counters");
+    snap.mechanisms
+        .iter()
+        .filter(|(k, _)| k.provider == provider && k.mechanism == CKM_AES_GCM)
+        .map(|(_, v)| v.ops)
+        .sum()
+}
+
+/// AES-GCM through slot 0: `C_Encrypt` of `len` bytes with a session AES key created through
+/// slot 0 (held by the softtoken, cloned where the operation runs) equals OpenSSL's, and decrypts back; returns how many of the two operations
+/// "accel" and the softtoken ran.
+fn gcm_through_slot0(s: &Session, stat: &Path, len: usize) -> (u64, u64) {
+    let mut value = [0u8; 16];
+    openssl::rand::rand_bytes(&mut value).unwrap();
+    let key = s
+        .create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::AES),
+            Attribute::Value(value.to_vec()),
+            Attribute::Token(false),
+            Attribute::Encrypt(true),
+            Attribute::Decrypt(true),
+        ])
+        .expect("C_CreateObject (AES) through slot 0");
+    let mut data = vec![0u8; len];
+    openssl::rand::rand_bytes(&mut data).unwrap();
+    let (mut iv, aad) = ([9u8; 12], b"header".to_vec());
+    let mut tag = [0u8; 16];
+    let mut want = openssl::symm::encrypt_aead(
+        Cipher::aes_128_gcm(),
+        &value,
+        Some(&iv),
+        &aad,
+        &data,
+        &mut tag,
+    )
+    .unwrap();
+    want.extend_from_slice(&tag);
+    let before = (gcm_ops(stat, "accel"), gcm_ops(stat, "softtoken"));
+    let gcm = Mechanism::AesGcm(GcmParams::new(&mut iv, &aad, 128.into()).unwrap());
+    let got = s.encrypt(&gcm, key, &data).unwrap();
+    assert!(
+        got == want,
+        "AES-GCM of {len} bytes through slot 0 equals OpenSSL's"
+    );
+    let back = s.decrypt(&gcm, key, &got).unwrap();
+    assert!(back == data, "and decrypts back");
+    s.destroy_object(key).unwrap();
+    (
+        gcm_ops(stat, "accel") - before.0,
+        gcm_ops(stat, "softtoken") - before.1,
+    )
 }
 
 /// Threads and signatures per thread of the load phases.
@@ -138,7 +202,8 @@ fn slot0_with_accel_first_and_fallback() {
     std::fs::create_dir_all(dir.join("softtoken")).unwrap();
     let conf = format!(
         "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\nauto_key_migrate = true\n\n\
-         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
+         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\
+         [provider.policy.CKM_AES_GCM]\nmin_bytes = {GCM_MIN}\n\n\
          [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
         release("libopencf_accel.so").display(),
         release("libopencf_softtoken.so").display()
@@ -278,6 +343,29 @@ fn slot0_with_accel_first_and_fallback() {
             "cryptoadm stat shows the fallbacks"
         );
     }
+
+    // AES-GCM: at or above `min_bytes` the accelerator's bulk engine runs it, below it the
+    // softtoken; with the fault switch on, the softtoken again.
+    let bulk = opencf_accel::gcm::available();
+    let big = gcm_through_slot0(&s, &stat, 3 * GCM_MIN + 5);
+    // (The decryption's input is the ciphertext and its 16-byte tag.)
+    let small = gcm_through_slot0(&s, &stat, GCM_MIN - 17);
+    std::env::set_var("OPENCF_ACCEL_FAULT", "busy");
+    let faulty = gcm_through_slot0(&s, &stat, 2 * GCM_MIN);
+    std::env::remove_var("OPENCF_ACCEL_FAULT");
+    eprintln!("AES-GCM (accel, softtoken) ops: large {big:?}, small {small:?}, busy {faulty:?}");
+    if bulk {
+        assert_eq!(big, (2, 0), "large AES-GCM runs on the accelerator");
+    } else {
+        eprintln!("SKIP: no bulk engine here; the softtoken served");
+        assert_eq!(big, (0, 2));
+    }
+    assert_eq!(small, (0, 2), "below min_bytes the softtoken runs AES-GCM");
+    assert_eq!(
+        faulty,
+        (0, 2),
+        "with the accelerator busy the softtoken runs AES-GCM"
+    );
     drop(s);
     let _ = p.finalize();
 }

@@ -1,0 +1,662 @@
+//! The bulk engine: one large AES-GCM operation split across cores.
+//!
+//! GCM encrypts block `i` (counted from 0) of the data with the counter block
+//! `inc32^(i+1)(J0)` and authenticates with GHASH, which is linear. So the data can be cut into
+//! parts ("pieces": whole blocks, except the last) and each part run by OpenSSL's own fused
+//! AES-GCM on a thread of its own, provided that:
+//!
+//! * **its keystream continues where the previous part's ends.** Part `j`, starting at block
+//!   `s_j`, must run with `J0' = Z_j = inc32^(s_j)(J0)`. OpenSSL takes an IV, not a counter
+//!   block; but for a 16-byte IV `B` it uses `J0' = GHASH_H(B ‖ L) = B·H² ⊕ L·H` with the
+//!   constant length block `L = [0]₆₄ ‖ [128]₆₄`, so the IV `B_j = (Z_j ⊕ L·H)·H⁻²` gives
+//!   exactly `Z_j` ([`GcmKey::iv_for`]). `H = AES_K(0¹²⁸)` and `H⁻²` are computed once per
+//!   key. OpenSSL's counter then steps with `inc32`, wrapping inside the low 32 bits as GCM
+//!   requires, so a part may cross the wrap. The original IV may have any length (1 to
+//!   64 KiB, as in the software token): `J0` is computed here ([`GcmKey::j0`]).
+//! * **the partial authentication values are combined.** OpenSSL's tag of part `j` is
+//!   `E(Z_j) ⊕ GHASH_H(Aⱼ ‖ Cⱼ ‖ Lⱼ)` (the AAD `A` only in part 0). With `E(Z_j)` from
+//!   AES-ECB and `Lⱼ·H` removed, `Uⱼ = GHASH_H(Aⱼ ‖ Cⱼ)·H`; in the whole message these blocks
+//!   are followed by the `r_j` ciphertext blocks of the later parts and the length block, so
+//!   `S = ⊕ⱼ Uⱼ·H^(r_j) ⊕ L·H` and the tag is `E(J0) ⊕ S` ([`seal`]).
+//! * **decryption** authenticates the ciphertext, which OpenSSL's decryption does not reveal
+//!   as a value: each part's GHASH comes from a second OpenSSL call that encrypts nothing
+//!   with the part as AAD (`Uⱼ` as above, with the length block `[|Cⱼ|]₆₄ ‖ [0]₆₄`), the AAD's
+//!   own share likewise; the part itself is decrypted by OpenSSL's GCM decryption (its own
+//!   tag check unused). The combined tag is compared in constant time; on a mismatch the
+//!   output is wiped and the call answers `CKR_ENCRYPTED_DATA_INVALID` ([`open`]).
+//!
+//! The arithmetic is in [`crate::gf128`] (constant time; the exponents are data lengths,
+//! public). A key whose `H` is zero (probability 2⁻¹²⁸) has no inverse: such a key answers
+//! `CKR_FUNCTION_FAILED` at init and the framework uses the next provider.
+//!
+//! Pieces and threads: an operation runs on the cores not taken by other bulk operations of
+//! the provider (at least one), its data cut into [`PIECES_PER_THREAD`] pieces per thread of
+//! at least [`MIN_PART`] bytes. The caller's thread and the helpers (a `rayon-core` pool of
+//! one thread per core, started at the first split operation and stopped at `C_Finalize`)
+//! take the pieces in turn, so a helper that starts late, as a sleeping thread does on a
+//! busy or virtual machine, leaves its share to the others; once no piece is left the caller
+//! spins briefly for the helpers' last pieces before it sleeps. An operation of one piece is
+//! a single OpenSSL call in the caller's thread with the key's derived IV, whose tag is the
+//! tag. `$OPENCF_ACCEL_BULK_PARTS=N` (read at each request) forces `N` pieces whatever the
+//! size (at most one per block), for tests.
+
+use crate::gf128::{self as gf, block};
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
+use openssl::cipher::{Cipher, CipherRef};
+use openssl::cipher_ctx::CipherCtx;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use zeroize::{Zeroize, Zeroizing};
+
+/// The smallest piece of an operation (bytes): below twice this, an operation runs in one
+/// piece in the caller's thread.
+pub const MIN_PART: usize = 128 * 1024;
+/// Pieces per thread of a large operation (the threads take them in turn: a thread that
+/// starts late or is preempted leaves its share to the others).
+pub const PIECES_PER_THREAD: usize = 4;
+/// The largest input handed to OpenSSL in one call (its lengths are `int`).
+const PIECE: usize = 1 << 30;
+/// The largest IV (bytes), as in the software token.
+pub const MAX_IV: usize = 64 * 1024;
+/// The largest plaintext GCM allows: `2^32 − 2` blocks (SP 800-38D, 5.2.1.1).
+pub const MAX_DATA: u64 = ((1 << 32) - 2) * 16;
+
+fn ossl(_: openssl::error::ErrorStack) -> CK_RV {
+    CKR_FUNCTION_FAILED
+}
+
+/// Whether the bulk engine is offered here: at least two cores, and `$OPENCF_ACCEL_DISABLE`
+/// does not name `bulk`. With one core a split buys nothing and the software token's
+/// AES-GCM is as fast.
+pub fn available() -> bool {
+    let disabled = std::env::var("OPENCF_ACCEL_DISABLE").unwrap_or_default();
+    if disabled.split(',').any(|w| w.trim() == "bulk") {
+        return false;
+    }
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+}
+
+/// An AES key's GCM form, computed once per key object: the key, `H`, `H⁻²` and `L·H`.
+pub struct GcmKey {
+    key: Zeroizing<Vec<u8>>,
+    gcm: &'static CipherRef,
+    ecb: &'static CipherRef,
+    h: u128,
+    h_inv2: u128,
+    /// `L·H` for the length block of a 16-byte IV.
+    liv_h: u128,
+    /// `H^(2^i)`: powers of `H` for exponents up to the largest block count.
+    powers: gf::Powers<33>,
+}
+
+impl Drop for GcmKey {
+    fn drop(&mut self) {
+        self.h.zeroize();
+        self.h_inv2.zeroize();
+        self.liv_h.zeroize();
+    }
+}
+
+impl GcmKey {
+    /// The GCM form of an AES key of 16, 24 or 32 bytes.
+    pub fn new(key: &[u8]) -> CkResult<GcmKey> {
+        let (gcm, ecb) = match key.len() {
+            16 => (Cipher::aes_128_gcm(), Cipher::aes_128_ecb()),
+            24 => (Cipher::aes_192_gcm(), Cipher::aes_192_ecb()),
+            32 => (Cipher::aes_256_gcm(), Cipher::aes_256_ecb()),
+            _ => return Err(CKR_KEY_SIZE_RANGE),
+        };
+        let mut k = GcmKey {
+            key: Zeroizing::new(key.to_vec()),
+            gcm,
+            ecb,
+            h: 0,
+            h_inv2: 0,
+            liv_h: 0,
+            powers: gf::Powers::new(0),
+        };
+        let h = k.ecb(&[0])?[0];
+        if h == 0 {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        let inv = gf::inverse(h);
+        k.h = h;
+        k.h_inv2 = gf::mul(inv, inv);
+        k.liv_h = gf::mul(gf::lengths(0, 16), h);
+        k.powers = gf::Powers::new(h);
+        Ok(k)
+    }
+
+    /// `AES_K` of each block (one OpenSSL ECB call).
+    fn ecb(&self, blocks: &[u128]) -> CkResult<Vec<u128>> {
+        let input: Zeroizing<Vec<u8>> =
+            Zeroizing::new(blocks.iter().flat_map(|b| b.to_be_bytes()).collect());
+        // OpenSSL's bound on an update's output is the input plus a block.
+        let mut out = Zeroizing::new(vec![0u8; input.len() + 16]);
+        let mut c = CipherCtx::new().map_err(ossl)?;
+        c.encrypt_init(Some(self.ecb), Some(&self.key), None)
+            .map_err(ossl)?;
+        c.set_padding(false);
+        let n = c.cipher_update(&input, Some(&mut out)).map_err(ossl)?;
+        if n != input.len() {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        Ok(out[..n]
+            .chunks_exact(16)
+            .map(|b| block(b.try_into().expect("16 bytes")))
+            .collect())
+    }
+
+    /// The pre-counter block of `iv`: `IV ‖ 0³¹1` for 12 bytes, else
+    /// `GHASH_H(IV ‖ 0* ‖ [0]₆₄ ‖ [|IV|]₆₄)`.
+    pub fn j0(&self, iv: &[u8]) -> u128 {
+        if let Ok(iv12) = <[u8; 12]>::try_from(iv) {
+            let mut b = [0u8; 16];
+            b[..12].copy_from_slice(&iv12);
+            b[15] = 1;
+            return block(&b);
+        }
+        let y = gf::ghash(self.h, 0, iv);
+        gf::mul(y ^ gf::lengths(0, iv.len() as u64), self.h)
+    }
+
+    /// The 16-byte IV for which OpenSSL's GCM uses the pre-counter block `z`.
+    pub fn iv_for(&self, z: u128) -> [u8; 16] {
+        gf::mul(z ^ self.liv_h, self.h_inv2).to_be_bytes()
+    }
+
+    /// A GCM context keyed and set to the pre-counter block `z`.
+    fn ctx(&self, z: u128, encrypt: bool) -> CkResult<CipherCtx> {
+        let mut c = CipherCtx::new().map_err(ossl)?;
+        let iv = Zeroizing::new(self.iv_for(z));
+        if encrypt {
+            c.encrypt_init(Some(self.gcm), Some(&self.key), None)
+                .map_err(ossl)?;
+            c.set_iv_length(16).map_err(ossl)?;
+            c.encrypt_init(None, None, Some(&iv[..])).map_err(ossl)?;
+        } else {
+            c.decrypt_init(Some(self.gcm), Some(&self.key), None)
+                .map_err(ossl)?;
+            c.set_iv_length(16).map_err(ossl)?;
+            c.decrypt_init(None, None, Some(&iv[..])).map_err(ossl)?;
+        }
+        Ok(c)
+    }
+}
+
+/// `inc32` applied `k` times: the low 32 bits step modulo 2³², the rest stays.
+fn inc32(z: u128, k: u64) -> u128 {
+    let low = (z as u32).wrapping_add(k as u32);
+    (z & !u128::from(u32::MAX)) | u128::from(low)
+}
+
+/// Feeds `aad` to `c` in pieces OpenSSL takes.
+fn feed_aad(c: &mut CipherCtx, aad: &[u8]) -> CkResult<()> {
+    for piece in aad.chunks(PIECE) {
+        c.cipher_update(piece, None).map_err(ossl)?;
+    }
+    Ok(())
+}
+
+/// Runs `input` through `c` into `out` (the same length), in pieces OpenSSL takes.
+fn stream(c: &mut CipherCtx, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+    for (i, o) in input.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
+        if c.cipher_update(i, Some(o)).map_err(ossl)? != i.len() {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+    }
+    Ok(())
+}
+
+/// The full 16-byte tag of a finished encryption context.
+fn full_tag(c: &mut CipherCtx) -> CkResult<u128> {
+    c.cipher_final(&mut []).map_err(ossl)?;
+    let mut t = [0u8; 16];
+    c.tag(&mut t).map_err(ossl)?;
+    Ok(block(&t))
+}
+
+/// OpenSSL's GCM encryption of one part with pre-counter block `z`: `out` gets the
+/// ciphertext; returns the full tag.
+fn seal_part(k: &GcmKey, z: u128, aad: &[u8], input: &[u8], out: &mut [u8]) -> CkResult<u128> {
+    let mut c = k.ctx(z, true)?;
+    feed_aad(&mut c, aad)?;
+    stream(&mut c, input, out)?;
+    full_tag(&mut c)
+}
+
+/// The tag of an encryption of nothing with `data` as AAD, pre-counter block `z`:
+/// `E(z) ⊕ GHASH_H(data ‖ [|data|]₆₄ ‖ [0]₆₄)`.
+fn aad_tag(k: &GcmKey, z: u128, data: &[u8]) -> CkResult<u128> {
+    let mut c = k.ctx(z, true)?;
+    feed_aad(&mut c, data)?;
+    full_tag(&mut c)
+}
+
+/// Bytes per piece when `n` bytes are cut into about `pieces` pieces: a multiple of 16, at
+/// least 16 (`n` or more: one piece).
+fn piece_size(n: usize, pieces: usize) -> usize {
+    let pieces = pieces.clamp(1, n.div_ceil(16).max(1));
+    n.div_ceil(pieces).next_multiple_of(16).max(16)
+}
+
+/// How long the caller spins for the pieces other threads are running once none is left to
+/// take, before it sleeps until they end (a sleeping thread takes tens of µs to wake on a
+/// virtual machine).
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+fn unpoison<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An input piece and its output, until a thread takes them.
+type Piece<'a> = (&'a [u8], &'a mut [u8]);
+
+/// Runs `f(i, input piece, output piece)` for every piece `i` of `input` and `out` (`size`
+/// bytes each) and returns the results in order. The caller and up to `helpers` threads of
+/// the pool take the pieces one at a time, in order, until none is left; so a helper that
+/// starts late (or never, on a busy machine) leaves its share to the others instead of
+/// holding the caller up. A piece that panics answers `CKR_DEVICE_ERROR` (the framework then
+/// uses the next provider).
+fn in_pieces<T: Send>(
+    bulk: &Bulk,
+    helpers: usize,
+    size: usize,
+    input: &[u8],
+    out: &mut [u8],
+    f: impl Fn(usize, &[u8], &mut [u8]) -> CkResult<T> + Sync,
+) -> CkResult<Vec<T>> {
+    let pool = bulk.pool()?;
+    let pieces: Vec<Mutex<Option<Piece>>> = input
+        .chunks(size)
+        .zip(out.chunks_mut(size))
+        .map(|p| Mutex::new(Some(p)))
+        .collect();
+    let n = pieces.len();
+    let results: Vec<Mutex<Option<CkResult<T>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(piece) = pieces.get(i) else {
+            return;
+        };
+        if let Some((inp, o)) = unpoison(piece).take() {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i, inp, o)));
+            *unpoison(&results[i]) = Some(r.unwrap_or(Err(CKR_DEVICE_ERROR)));
+        }
+        done.fetch_add(1, Ordering::Release);
+    };
+    pool.in_place_scope(|s| {
+        for _ in 0..helpers.min(n.saturating_sub(1)) {
+            s.spawn(|_| work());
+        }
+        work();
+        let start = std::time::Instant::now();
+        while done.load(Ordering::Acquire) < n && start.elapsed() < SPIN {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or(Err(CKR_DEVICE_ERROR))
+        })
+        .collect()
+}
+
+/// AES-GCM encryption of `input` into `out` (the same length) with pre-counter block `j0` and
+/// AAD `aad`, in `t.pieces` pieces on up to `t.threads` threads; returns the full 16-byte
+/// tag.
+pub fn seal(
+    t: &BulkTicket,
+    k: &GcmKey,
+    j0: u128,
+    aad: &[u8],
+    input: &[u8],
+    out: &mut [u8],
+) -> CkResult<u128> {
+    let n = input.len();
+    let size = piece_size(n, t.pieces);
+    if size >= n {
+        return seal_part(k, j0, aad, input, out);
+    }
+    let z = |j: usize| inc32(j0, (j * size / 16) as u64);
+    let a = |j: usize| if j == 0 { aad } else { &[] };
+    let tags = in_pieces(t.bulk, t.threads - 1, size, input, out, |j, i, o| {
+        seal_part(k, z(j), a(j), i, o)
+    })?;
+    let e = k.ecb(&(0..tags.len()).map(z).collect::<Vec<_>>())?;
+    let mut s = gf::mul(gf::lengths(aad.len() as u64, n as u64), k.h);
+    let mut after = n.div_ceil(16) as u64;
+    for (j, (tag, ez)) in tags.into_iter().zip(&e).enumerate() {
+        let clen = size.min(n - j * size) as u64;
+        after -= clen.div_ceil(16);
+        let u = tag ^ ez ^ gf::mul(gf::lengths(a(j).len() as u64, clen), k.h);
+        s ^= gf::mul(u, k.powers.pow(after));
+    }
+    Ok(e[0] ^ s)
+}
+
+/// AES-GCM decryption of `input` (the ciphertext, without its tag) into `out` (the same
+/// length) with pre-counter block `j0` and AAD `aad`, checking `tag` (4 to 16 bytes), in
+/// `t.pieces` pieces on up to `t.threads` threads. A bad tag wipes `out` and answers
+/// `CKR_ENCRYPTED_DATA_INVALID`.
+pub fn open(
+    t: &BulkTicket,
+    k: &GcmKey,
+    j0: u128,
+    aad: &[u8],
+    input: &[u8],
+    tag: &[u8],
+    out: &mut [u8],
+) -> CkResult<()> {
+    let n = input.len();
+    let size = piece_size(n, t.pieces);
+    let ok = if size >= n {
+        let mut c = k.ctx(j0, false)?;
+        feed_aad(&mut c, aad)?;
+        stream(&mut c, input, out)?;
+        c.set_tag(tag).map_err(ossl)?;
+        c.cipher_final(&mut []).is_ok()
+    } else {
+        let z = |j: usize| inc32(j0, (j * size / 16) as u64);
+        let hashes = in_pieces(t.bulk, t.threads - 1, size, input, out, |j, i, o| {
+            // The AAD's share (in piece 0) and the piece's, as tags of encryptions of
+            // nothing; then the piece is decrypted (this context's own tag check is never
+            // run: the tag is checked over all pieces below).
+            let ga = if j == 0 && !aad.is_empty() {
+                aad_tag(k, j0, aad)?
+            } else {
+                0
+            };
+            let g = aad_tag(k, z(j), i)?;
+            let mut c = k.ctx(z(j), false)?;
+            stream(&mut c, i, o)?;
+            Ok((ga, g))
+        })?;
+        let e = k.ecb(&(0..hashes.len()).map(z).collect::<Vec<_>>())?;
+        let blocks = n.div_ceil(16) as u64;
+        let mut s = gf::mul(gf::lengths(aad.len() as u64, n as u64), k.h);
+        if !aad.is_empty() {
+            let ua = hashes[0].0 ^ e[0] ^ gf::mul(gf::lengths(aad.len() as u64, 0), k.h);
+            s ^= gf::mul(ua, k.powers.pow(blocks));
+        }
+        let mut after = blocks;
+        for (j, ((_, g), ez)) in hashes.into_iter().zip(&e).enumerate() {
+            let clen = size.min(n - j * size) as u64;
+            after -= clen.div_ceil(16);
+            let u = g ^ ez ^ gf::mul(gf::lengths(clen, 0), k.h);
+            s ^= gf::mul(u, k.powers.pow(after));
+        }
+        let t = Zeroizing::new((e[0] ^ s).to_be_bytes());
+        openssl::memcmp::eq(&t[..tag.len()], tag)
+    };
+    if ok {
+        Ok(())
+    } else {
+        out.fill(0);
+        Err(CKR_ENCRYPTED_DATA_INVALID)
+    }
+}
+
+/// The bulk engine of one provider instance: its thread pool and the operations in flight,
+/// which decide how many parts a new one gets.
+pub struct Bulk {
+    in_flight: AtomicUsize,
+    cores: usize,
+    /// One thread per core, started at the first operation that is split.
+    pool: RwLock<Option<Arc<rayon_core::ThreadPool>>>,
+    /// Pool threads that have ended (see [`Bulk::shutdown`]).
+    exited: Arc<(Mutex<usize>, Condvar)>,
+}
+
+/// A bulk operation counted in flight until dropped.
+pub struct BulkTicket<'a> {
+    bulk: &'a Bulk,
+    /// Threads it runs on (the caller's included).
+    pub threads: usize,
+    /// Pieces its data is cut into.
+    pub pieces: usize,
+}
+
+impl Drop for BulkTicket<'_> {
+    fn drop(&mut self) {
+        self.bulk.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Default for Bulk {
+    fn default() -> Self {
+        Bulk {
+            in_flight: AtomicUsize::new(0),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            pool: RwLock::new(None),
+            exited: Arc::default(),
+        }
+    }
+}
+
+impl Bulk {
+    /// Admits an operation on `n` bytes: it runs on the cores not taken by other bulk
+    /// operations of this provider (at least one), cut into [`PIECES_PER_THREAD`] pieces per
+    /// thread, none below [`MIN_PART`] (fewer threads when there are fewer pieces).
+    /// `$OPENCF_ACCEL_BULK_PARTS=N` forces `N` pieces on every core (tests).
+    pub fn admit(&self, n: usize) -> BulkTicket<'_> {
+        let others = self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let forced = std::env::var("OPENCF_ACCEL_BULK_PARTS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|p| *p > 0);
+        let (threads, pieces) = match forced {
+            Some(p) => (self.cores, p),
+            None => {
+                let most = (n / MIN_PART).max(1);
+                let threads = self.cores.saturating_sub(others).clamp(1, most);
+                (threads, (threads * PIECES_PER_THREAD).min(most))
+            }
+        };
+        BulkTicket {
+            bulk: self,
+            threads,
+            pieces,
+        }
+    }
+
+    /// The thread pool, started on first use (`CKR_HOST_MEMORY` if its threads cannot start:
+    /// the framework then uses the next provider).
+    fn pool(&self) -> CkResult<Arc<rayon_core::ThreadPool>> {
+        if let Some(p) = &*self.pool.read().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(p.clone());
+        }
+        let mut slot = self.pool.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = &*slot {
+            return Ok(p.clone());
+        }
+        let exited = self.exited.clone();
+        let pool = rayon_core::ThreadPoolBuilder::new()
+            .num_threads(self.cores)
+            .thread_name(|i| format!("opencf-accel-bulk-{i}"))
+            .exit_handler(move |_| {
+                let (n, cv) = &*exited;
+                *n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                cv.notify_all();
+            })
+            .build()
+            .map_err(|_| CKR_HOST_MEMORY)?;
+        let pool = Arc::new(pool);
+        *slot = Some(pool.clone());
+        Ok(pool)
+    }
+
+    /// Stops the pool's threads and waits (up to a second) until they have ended
+    /// (`C_Finalize`: the library may be unloaded next).
+    pub fn shutdown(&self) {
+        let Some(pool) = self.pool.write().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let threads = pool.current_num_threads();
+        // Operations still running hold their own reference; the threads end after the last.
+        drop(pool);
+        let (n, cv) = &*self.exited;
+        let done = n.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = cv.wait_timeout_while(done, std::time::Duration::from_secs(1), |n| *n < threads);
+    }
+}
+
+/// GCM tag lengths allowed by NIST SP 800-38D (bits), as in the software token.
+fn tag_len(tag_bits: CK_ULONG) -> CkResult<usize> {
+    match tag_bits {
+        32 | 64 | 96 | 104 | 112 | 120 | 128 => Ok(tag_bits as usize / 8),
+        _ => Err(CKR_MECHANISM_PARAM_INVALID),
+    }
+}
+
+/// An active `C_Encrypt*` or `C_Decrypt*` operation with `CKM_AES_GCM`. Single-part calls
+/// run on the bulk engine. Multi-part encryption streams through one OpenSSL context in the
+/// caller's thread (started at the first update); multi-part decryption collects the input
+/// and runs it on the bulk engine at `C_DecryptFinal`, releasing nothing before the tag has
+/// verified (as the software token does).
+pub struct GcmOp {
+    key: Arc<GcmKey>,
+    j0: u128,
+    aad: Vec<u8>,
+    tag_len: usize,
+    encrypt: bool,
+    stream: Option<CipherCtx>,
+    buffered: Zeroizing<Vec<u8>>,
+    started: bool,
+}
+
+impl Drop for GcmOp {
+    fn drop(&mut self) {
+        self.j0.zeroize();
+    }
+}
+
+impl GcmOp {
+    /// `C_EncryptInit` / `C_DecryptInit`: the `CK_GCM_PARAMS` are checked as the software
+    /// token checks them (IV of 1 to 64 KiB, `ulIvBits` ignored, tag of 32 to 128 bits).
+    pub fn new(m: &Mechanism, key: Arc<GcmKey>, encrypt: bool) -> CkResult<GcmOp> {
+        let MechParam::Gcm {
+            iv, aad, tag_bits, ..
+        } = &m.param
+        else {
+            return Err(CKR_MECHANISM_PARAM_INVALID);
+        };
+        if iv.is_empty() || iv.len() > MAX_IV {
+            return Err(CKR_MECHANISM_PARAM_INVALID);
+        }
+        let tag_len = tag_len(*tag_bits)?;
+        Ok(GcmOp {
+            j0: key.j0(iv),
+            key,
+            aad: aad.clone(),
+            tag_len,
+            encrypt,
+            stream: None,
+            buffered: Zeroizing::new(Vec::new()),
+            started: false,
+        })
+    }
+
+    /// Whether this is an encryption.
+    pub fn encrypts(&self) -> bool {
+        self.encrypt
+    }
+
+    /// `C_Encrypt` / `C_Decrypt` (input: plaintext, or ciphertext then tag).
+    pub fn one_shot(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        if self.started {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        self.run(bulk, input, out)
+    }
+
+    fn run(&self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let n = input.len();
+        if self.encrypt {
+            if n as u64 > MAX_DATA {
+                return Err(CKR_DATA_LEN_RANGE);
+            }
+            let Some(buf) = out.reserve(n + self.tag_len)? else {
+                return Ok(());
+            };
+            let (ct, tag) = buf.split_at_mut(n);
+            let ticket = bulk.admit(n);
+            let t = Zeroizing::new(
+                seal(&ticket, &self.key, self.j0, &self.aad, input, ct)?.to_be_bytes(),
+            );
+            tag.copy_from_slice(&t[..self.tag_len]);
+            Ok(())
+        } else {
+            let Some(body) = n.checked_sub(self.tag_len) else {
+                return Err(CKR_ENCRYPTED_DATA_LEN_RANGE);
+            };
+            if body as u64 > MAX_DATA {
+                return Err(CKR_ENCRYPTED_DATA_LEN_RANGE);
+            }
+            let Some(buf) = out.reserve(body)? else {
+                return Ok(());
+            };
+            let ticket = bulk.admit(body);
+            let (ct, tag) = input.split_at(body);
+            open(&ticket, &self.key, self.j0, &self.aad, ct, tag, buf)
+        }
+    }
+
+    /// `C_EncryptUpdate` / `C_DecryptUpdate`.
+    pub fn update(&mut self, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        if self.encrypt {
+            let Some(buf) = out.reserve(input.len())? else {
+                return Ok(());
+            };
+            stream(self.stream_ctx()?, input, buf)?;
+        } else if out.reserve(0)?.is_some() {
+            // Nothing is released before the tag verifies.
+            self.buffered
+                .try_reserve(input.len())
+                .map_err(|_| CKR_HOST_MEMORY)?;
+            self.buffered.extend_from_slice(input);
+        } else {
+            return Ok(());
+        }
+        self.started = true;
+        Ok(())
+    }
+
+    /// The multi-part encryption context, made (with the AAD fed) on first use.
+    fn stream_ctx(&mut self) -> CkResult<&mut CipherCtx> {
+        if self.stream.is_none() {
+            let mut c = self.key.ctx(self.j0, true)?;
+            feed_aad(&mut c, &self.aad)?;
+            self.stream = Some(c);
+        }
+        Ok(self.stream.as_mut().expect("made above"))
+    }
+
+    /// `C_EncryptFinal` / `C_DecryptFinal`.
+    pub fn finalize(&mut self, bulk: &Bulk, out: &mut OutBuf) -> CkResult<()> {
+        if self.encrypt {
+            let tag_len = self.tag_len;
+            let Some(buf) = out.reserve(tag_len)? else {
+                return Ok(());
+            };
+            let t = Zeroizing::new(full_tag(self.stream_ctx()?)?.to_be_bytes());
+            buf.copy_from_slice(&t[..tag_len]);
+            Ok(())
+        } else {
+            let data = std::mem::take(&mut self.buffered);
+            let r = self.run(bulk, &data, out);
+            if out.is_query() || r == Err(CKR_BUFFER_TOO_SMALL) {
+                // The caller asks again: keep the input.
+                self.buffered = data;
+            }
+            r
+        }
+    }
+}

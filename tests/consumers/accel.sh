@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The RSA Wycheproof files through slot 0 with the accelerator first: libopencf.so over
-# [accel, softtoken] (the softtoken as keystore). RSA signing and decryption run in
+# The RSA and AES-GCM Wycheproof files through slot 0 with the accelerator first:
+# libopencf.so over [accel, softtoken] (the softtoken as keystore), with no min_bytes, so
+# that every AES-GCM operation runs in the accelerator. RSA signing and decryption run in
 # libopencf_accel.so (keys moved in by AES-KWP); verification and encryption, and the key
-# sizes the engine does not serve, in the softtoken.
+# sizes the engine does not serve, in the softtoken. AES-GCM runs on the bulk engine, once
+# as it chooses (one piece for such small inputs) and once cut into 3 pieces
+# (OPENCF_ACCEL_BULK_PARTS=3), so that the combination of partial tags meets every vector.
 #
-# Skipped (exit 0, with the reason) on a CPU without AVX-512 IFMA, or with
-# OPENCF_ACCEL_DISABLE=ifma: the accelerator then lists no RSA mechanism and the run would
-# test only the softtoken.
+# Each part is skipped (with the reason) where the accelerator does not serve it: RSA on a
+# CPU without AVX-512 IFMA or with OPENCF_ACCEL_DISABLE=ifma, AES-GCM on one core or with
+# OPENCF_ACCEL_DISABLE=bulk.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -14,12 +17,25 @@ REL="$ROOT/target/release"
 for f in libopencf.so libopencf_softtoken.so libopencf_accel.so; do
     [ -e "$REL/$f" ] || { echo "accel: $REL/$f not built (cargo build --release -p opencf -p opencf-softtoken -p opencf-accel)" >&2; exit 1; }
 done
+rsa=1
 if ! grep -qw avx512ifma /proc/cpuinfo || ! grep -qw avx512f /proc/cpuinfo; then
-    echo "accel: SKIP: this CPU has no AVX-512 IFMA, so the accelerator serves no RSA mechanism"
-    exit 0
+    echo "accel: SKIP RSA: this CPU has no AVX-512 IFMA, so the accelerator serves no RSA mechanism"
+    rsa=0
 fi
 if [[ ",${OPENCF_ACCEL_DISABLE:-}," == *,ifma,* ]]; then
-    echo "accel: SKIP: OPENCF_ACCEL_DISABLE=ifma turns the RSA engine off"
+    echo "accel: SKIP RSA: OPENCF_ACCEL_DISABLE=ifma turns the RSA engine off"
+    rsa=0
+fi
+gcm=1
+if [ "$(nproc)" -lt 2 ]; then
+    echo "accel: SKIP AES-GCM: one core, so the accelerator offers no bulk engine"
+    gcm=0
+fi
+if [[ ",${OPENCF_ACCEL_DISABLE:-}," == *,bulk,* ]]; then
+    echo "accel: SKIP AES-GCM: OPENCF_ACCEL_DISABLE=bulk turns the bulk engine off"
+    gcm=0
+fi
+if [ $rsa = 0 ] && [ $gcm = 0 ]; then
     exit 0
 fi
 
@@ -40,14 +56,31 @@ name = "softtoken"
 module = "$REL/libopencf_softtoken.so"
 CONF
 export OPENCF_CONF="$WORK/opencf.toml" OPENCF_SOFTTOKEN_DIR="$WORK/keystore"
-unset OPENCF_METASLOT_ENABLED OPENCF_METASLOT_KEYSTORE OPENCF_ACCEL_FAULT
+unset OPENCF_METASLOT_ENABLED OPENCF_METASLOT_KEYSTORE OPENCF_ACCEL_FAULT OPENCF_ACCEL_BULK_PARTS
 
 if pkcs11-tool --module "$REL/libopencf.so" --list-slots 2>/dev/null | grep -q 'OpenCF Accelerator'; then
     echo "PASS the accelerator is loaded behind slot 0"
 else
     echo "FAIL the accelerator is not among the slots"; exit 1
 fi
-echo "--- RSA Wycheproof files through slot 0, accelerator first"
-OPENCF_MODULE="$REL/libopencf.so" OPENCF_TEST_SLOT=0 \
-    cargo test --release -q -p pkcs11-tests --test wycheproof --manifest-path "$ROOT/Cargo.toml" -- rsa_
-echo "accel: RSA Wycheproof through slot 0 passed"
+wycheproof() {
+    OPENCF_MODULE="$REL/libopencf.so" OPENCF_TEST_SLOT=0 \
+        cargo test --release -q -p pkcs11-tests --test wycheproof --manifest-path "$ROOT/Cargo.toml" -- "$@"
+}
+if [ $rsa = 1 ]; then
+    echo "--- RSA Wycheproof files through slot 0, accelerator first"
+    wycheproof rsa_
+    echo "accel: RSA Wycheproof through slot 0 passed"
+fi
+if [ $gcm = 1 ]; then
+    if pkcs11-tool --module "$REL/libopencf_accel.so" --list-mechanisms 2>/dev/null | grep -q 'AES-GCM'; then
+        echo "PASS the accelerator lists CKM_AES_GCM"
+    else
+        echo "FAIL the accelerator does not list CKM_AES_GCM"; exit 1
+    fi
+    echo "--- AES-GCM Wycheproof file through slot 0, accelerator first"
+    wycheproof aes_gcm
+    echo "--- the same, each operation cut into 3 pieces"
+    OPENCF_ACCEL_BULK_PARTS=3 wycheproof aes_gcm
+    echo "accel: AES-GCM Wycheproof through slot 0 passed"
+fi

@@ -30,8 +30,8 @@
 //! `CKR_FUNCTION_FAILED` at init and the framework uses the next provider.
 //!
 //! Pieces and threads: an operation runs on the cores not taken by other bulk operations of
-//! the provider (at least one), its data cut into [`PIECES_PER_THREAD`] pieces per thread of
-//! at least [`MIN_PART`] bytes. The caller's thread and the helpers (a `rayon-core` pool of
+//! the provider (at least one), its data cut into pieces of at least [`MIN_PART`] bytes, one
+//! per thread or, for large operations, up to [`PIECES_PER_THREAD`] per thread. The caller's thread and the helpers (a `rayon-core` pool of
 //! one thread per core, started at the first split operation and stopped at `C_Finalize`)
 //! take the pieces in turn, so a helper that starts late, as a sleeping thread does on a
 //! busy or virtual machine, leaves its share to the others; once no piece is left the caller
@@ -43,7 +43,7 @@
 use crate::gf128::{self as gf, block};
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
-use openssl::cipher::{Cipher, CipherRef};
+use openssl::cipher::Cipher;
 use openssl::cipher_ctx::CipherCtx;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -53,8 +53,12 @@ use zeroize::{Zeroize, Zeroizing};
 /// piece in the caller's thread.
 pub const MIN_PART: usize = 128 * 1024;
 /// Pieces per thread of a large operation (the threads take them in turn: a thread that
-/// starts late or is preempted leaves its share to the others).
+/// starts late or is preempted leaves its share to the others), when each is at least
+/// [`BALANCE_PIECE`] bytes; smaller operations get one piece per thread.
 pub const PIECES_PER_THREAD: usize = 4;
+/// The smallest piece worth the extra pieces of [`PIECES_PER_THREAD`] (each costs a context,
+/// an AES block and a few field multiplications, a few µs).
+pub const BALANCE_PIECE: usize = 1 << 20;
 /// The largest input handed to OpenSSL in one call (its lengths are `int`).
 const PIECE: usize = 1 << 30;
 /// The largest IV (bytes), as in the software token.
@@ -80,8 +84,9 @@ pub fn available() -> bool {
 /// An AES key's GCM form, computed once per key object: the key, `H`, `H⁻²` and `L·H`.
 pub struct GcmKey {
     key: Zeroizing<Vec<u8>>,
-    gcm: &'static CipherRef,
-    ecb: &'static CipherRef,
+    /// The ciphers, fetched once (a legacy `EVP_CIPHER` is looked up again at every init).
+    gcm: Cipher,
+    ecb: Cipher,
     h: u128,
     h_inv2: u128,
     /// `L·H` for the length block of a 16-byte IV.
@@ -101,12 +106,14 @@ impl Drop for GcmKey {
 impl GcmKey {
     /// The GCM form of an AES key of 16, 24 or 32 bytes.
     pub fn new(key: &[u8]) -> CkResult<GcmKey> {
-        let (gcm, ecb) = match key.len() {
-            16 => (Cipher::aes_128_gcm(), Cipher::aes_128_ecb()),
-            24 => (Cipher::aes_192_gcm(), Cipher::aes_192_ecb()),
-            32 => (Cipher::aes_256_gcm(), Cipher::aes_256_ecb()),
+        let bits = match key.len() {
+            16 => 128,
+            24 => 192,
+            32 => 256,
             _ => return Err(CKR_KEY_SIZE_RANGE),
         };
+        let fetch = |mode| Cipher::fetch(None, &format!("AES-{bits}-{mode}"), None).map_err(ossl);
+        let (gcm, ecb) = (fetch("GCM")?, fetch("ECB")?);
         let mut k = GcmKey {
             key: Zeroizing::new(key.to_vec()),
             gcm,
@@ -135,7 +142,7 @@ impl GcmKey {
         // OpenSSL's bound on an update's output is the input plus a block.
         let mut out = Zeroizing::new(vec![0u8; input.len() + 16]);
         let mut c = CipherCtx::new().map_err(ossl)?;
-        c.encrypt_init(Some(self.ecb), Some(&self.key), None)
+        c.encrypt_init(Some(&self.ecb), Some(&self.key), None)
             .map_err(ossl)?;
         c.set_padding(false);
         let n = c.cipher_update(&input, Some(&mut out)).map_err(ossl)?;
@@ -171,12 +178,12 @@ impl GcmKey {
         let mut c = CipherCtx::new().map_err(ossl)?;
         let iv = Zeroizing::new(self.iv_for(z));
         if encrypt {
-            c.encrypt_init(Some(self.gcm), Some(&self.key), None)
+            c.encrypt_init(Some(&self.gcm), Some(&self.key), None)
                 .map_err(ossl)?;
             c.set_iv_length(16).map_err(ossl)?;
             c.encrypt_init(None, None, Some(&iv[..])).map_err(ossl)?;
         } else {
-            c.decrypt_init(Some(self.gcm), Some(&self.key), None)
+            c.decrypt_init(Some(&self.gcm), Some(&self.key), None)
                 .map_err(ossl)?;
             c.set_iv_length(16).map_err(ossl)?;
             c.decrypt_init(None, None, Some(&iv[..])).map_err(ossl)?;
@@ -443,8 +450,9 @@ impl Default for Bulk {
 
 impl Bulk {
     /// Admits an operation on `n` bytes: it runs on the cores not taken by other bulk
-    /// operations of this provider (at least one), cut into [`PIECES_PER_THREAD`] pieces per
-    /// thread, none below [`MIN_PART`] (fewer threads when there are fewer pieces).
+    /// operations of this provider (at least one), no piece below [`MIN_PART`] (fewer threads
+    /// when there are fewer pieces), up to [`PIECES_PER_THREAD`] pieces per thread of at
+    /// least [`BALANCE_PIECE`].
     /// `$OPENCF_ACCEL_BULK_PARTS=N` forces `N` pieces on every core (tests).
     pub fn admit(&self, n: usize) -> BulkTicket<'_> {
         let others = self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -457,7 +465,8 @@ impl Bulk {
             None => {
                 let most = (n / MIN_PART).max(1);
                 let threads = self.cores.saturating_sub(others).clamp(1, most);
-                (threads, (threads * PIECES_PER_THREAD).min(most))
+                let pieces = (n / BALANCE_PIECE).clamp(threads, threads * PIECES_PER_THREAD);
+                (threads, pieces)
             }
         };
         BulkTicket {

@@ -42,6 +42,11 @@ pub use names::MECHANISMS;
 pub const DEFAULT_KEYSTORE: &str = "OpenCF Softtoken";
 /// Module file name of the accelerator provider (used by the built-in default when present).
 pub const ACCEL_MODULE: &str = "libopencf_accel.so";
+/// `min_bytes` of `CKM_AES_GCM` on the accelerator provider in the built-in default: the
+/// smallest single-part AES-GCM operation its bulk engine (one operation split across cores)
+/// runs faster than the softtoken, measured with `cfspeed --break-even` (docs/PERFORMANCE.md,
+/// "Bulk AES-GCM through the accelerator provider"); smaller ones go to the softtoken.
+pub const ACCEL_GCM_MIN_BYTES: u64 = 256 * 1024;
 /// Module file name of the softtoken provider.
 pub const SOFTTOKEN_MODULE: &str = "libopencf_softtoken.so";
 /// System-wide configuration file.
@@ -279,11 +284,19 @@ pub fn user_config_path() -> Option<PathBuf> {
 }
 
 /// Built-in default with modules looked up in `lib_dir`: "accel" (only if
-/// `libopencf_accel.so` exists there), then "softtoken".
+/// `libopencf_accel.so` exists there; AES-GCM below [`ACCEL_GCM_MIN_BYTES`] passes it over),
+/// then "softtoken".
 pub fn default_config_in(lib_dir: &Path) -> Config {
     let mut providers = Vec::new();
     if lib_dir.join(ACCEL_MODULE).exists() {
-        providers.push(ProviderConfig::new("accel", ACCEL_MODULE));
+        let mut accel = ProviderConfig::new("accel", ACCEL_MODULE);
+        accel.policy.insert(
+            opencf_abi::sys::CKM_AES_GCM,
+            MechPolicy {
+                min_bytes: Some(ACCEL_GCM_MIN_BYTES),
+            },
+        );
+        providers.push(accel);
     }
     providers.push(ProviderConfig::new("softtoken", SOFTTOKEN_MODULE));
     Config {

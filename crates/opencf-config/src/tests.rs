@@ -320,6 +320,13 @@ fn default_config_with_and_without_accel() {
     let names: Vec<_> = c.providers.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["accel", "softtoken"]);
     assert_eq!(c.providers[0].module, "libopencf_accel.so");
+    assert_eq!(
+        c.providers[0].min_bytes(sys::CKM_AES_GCM),
+        Some(ACCEL_GCM_MIN_BYTES),
+        "small AES-GCM operations pass the accelerator over"
+    );
+    assert_eq!(c.providers[0].min_bytes(sys::CKM_AES_CBC), None);
+    assert_eq!(c.providers[1].min_bytes(sys::CKM_AES_GCM), None);
 }
 
 #[test]

@@ -1012,6 +1012,20 @@ impl Provider {
     }
 }
 
+/// Runs `f` with `mech` as a `CK_MECHANISM` pointer valid for the call: the caller's own
+/// structure, passed on as it came, or a parsed mechanism laid out again.
+fn with_mechanism<R>(mech: MechRef<'_>, f: impl FnOnce(*mut CK_MECHANISM) -> R) -> R {
+    match mech {
+        // The caller's mechanism, valid for the call that received it, which is still running.
+        MechRef::Raw(r) => f(r.as_ptr()),
+        MechRef::Parsed(mech) => {
+            // A layout that lives across the call.
+            let mut m = CMechanism::new(mech);
+            f(m.as_mut_ptr())
+        }
+    }
+}
+
 /// `*Init(session, mechanism, key)` methods.
 macro_rules! init_fns {
     ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
@@ -1026,17 +1040,8 @@ macro_rules! init_fns {
                     key: CK_OBJECT_HANDLE,
                 ) -> CkResult<()> {
                     let f = func!(self.$c);
-                    match mech.into() {
-                        // SAFETY: a function of the loaded module; the caller's mechanism,
-                        // valid for the call that received it, which is still running.
-                        MechRef::Raw(r) => check(unsafe { f(s, r.as_ptr(), key) }),
-                        MechRef::Parsed(mech) => {
-                            let mut m = CMechanism::new(mech);
-                            // SAFETY: a function of the loaded module; a mechanism whose
-                            // parameter lives across the call.
-                            check(unsafe { f(s, m.as_mut_ptr(), key) })
-                        }
-                    }
+                    // SAFETY: a function of the loaded module; a mechanism valid for the call.
+                    with_mechanism(mech.into(), |m| check(unsafe { f(s, m, key) }))
                 }
             )*
         }
@@ -1212,17 +1217,8 @@ impl Provider {
         mech: impl Into<MechRef<'m>>,
     ) -> CkResult<()> {
         let f = func!(self.C_DigestInit);
-        match mech.into() {
-            // SAFETY: a function of the loaded module; the caller's mechanism, valid for the
-            // call that received it, which is still running.
-            MechRef::Raw(r) => check(unsafe { f(s, r.as_ptr()) }),
-            MechRef::Parsed(mech) => {
-                let mut m = CMechanism::new(mech);
-                // SAFETY: a function of the loaded module; a mechanism that lives across the
-                // call.
-                check(unsafe { f(s, m.as_mut_ptr()) })
-            }
-        }
+        // SAFETY: a function of the loaded module; a mechanism valid for the call.
+        with_mechanism(mech.into(), |m| check(unsafe { f(s, m) }))
     }
 
     /// `C_DigestKey`.
@@ -1242,17 +1238,19 @@ impl Provider {
     }
 
     /// `C_VerifySignatureInit` (3.2): the signature is given up front.
-    pub fn verify_signature_init(
+    pub fn verify_signature_init<'m>(
         &self,
         s: CK_SESSION_HANDLE,
-        mech: &Mechanism,
+        mech: impl Into<MechRef<'m>>,
         key: CK_OBJECT_HANDLE,
         sig: &[u8],
     ) -> CkResult<()> {
         let f = func!(self.C_VerifySignatureInit);
-        let mut m = CMechanism::new(mech);
-        // SAFETY: a function of the loaded module; a mechanism and an input buffer.
-        check(unsafe { f(s, m.as_mut_ptr(), key, input(sig), ul(sig.len())) })
+        with_mechanism(mech.into(), |m| {
+            // SAFETY: a function of the loaded module; a mechanism valid for the call and an
+            // input buffer.
+            check(unsafe { f(s, m, key, input(sig), ul(sig.len())) })
+        })
     }
 
     // ----- Message-based encryption (3.0) -----

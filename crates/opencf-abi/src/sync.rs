@@ -76,11 +76,6 @@ impl<T> SessionLock<T> {
             }
         }
     }
-
-    /// The value, through exclusive access to the lock itself.
-    pub fn get_mut(&mut self) -> &mut T {
-        self.value.get_mut()
-    }
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for SessionLock<T> {

@@ -9,6 +9,16 @@ use opencf_abi::*;
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 
+/// A keystore error about a key handle, as an init reports it: an unknown object is
+/// `CKR_KEY_HANDLE_INVALID`.
+fn key_handle_error(e: CK_RV) -> CK_RV {
+    if e == CKR_OBJECT_HANDLE_INVALID {
+        CKR_KEY_HANDLE_INVALID
+    } else {
+        e
+    }
+}
+
 /// Errors after which the next candidate provider is tried. Every other error (argument
 /// errors, bad handles, session state) goes back to the caller at once.
 pub fn recoverable(rv: CK_RV) -> bool {
@@ -212,13 +222,7 @@ impl OpenCf {
         let ks = self.p(self.meta()?.keystore);
         let head = ks
             .get_attribute_value(ms.ks, key, &[CKA_CLASS, CKA_KEY_TYPE])
-            .map_err(|e| {
-                if e == CKR_OBJECT_HANDLE_INVALID {
-                    CKR_KEY_HANDLE_INVALID
-                } else {
-                    e
-                }
-            })?;
+            .map_err(key_handle_error)?;
         let class = ulong_of(&head[0])?;
         let kt = ulong_of(&head[1])?;
         let usage = ks.get_attribute_value(ms.ks, key, &BOOL_USAGE)?;
@@ -387,10 +391,7 @@ impl OpenCf {
             OpKind::Digest => p.digest_init(h, mech),
             OpKind::SignRecover => p.sign_recover_init(h, mech, key),
             OpKind::VerifyRecover => p.verify_recover_init(h, mech, key),
-            OpKind::VerifySignature => match mech {
-                MechRef::Parsed(m) => p.verify_signature_init(h, m, key, extra),
-                MechRef::Raw(r) => p.verify_signature_init(h, &r.parse()?, key, extra),
-            },
+            OpKind::VerifySignature => p.verify_signature_init(h, mech, key, extra),
         }
     }
 
@@ -425,11 +426,8 @@ impl OpenCf {
         let mt = mech.mechanism();
         for i in start..op.cands.len() {
             let prov = op.cands[i];
-            let pc = &self.providers[prov].cfg;
-            if let (Some(len), Some(min)) = (len, pc.min_bytes(mt)) {
-                if (len as u64) < min && i + 1 < op.cands.len() {
-                    continue;
-                }
+            if len.is_some_and(|len| !self.takes_len(&op.cands, i, mt, len)) {
+                continue;
             }
             let h = match self.session_in(ms, prov) {
                 Ok(h) => h,
@@ -474,18 +472,21 @@ impl OpenCf {
         Err(last)
     }
 
-    /// The first of `cands` that takes a single-part input of `len` bytes for mechanism `mt`:
-    /// the first whose `min_bytes` threshold (if any) is at most `len`, else the last (the rule
-    /// of [`OpenCf::bind`]).
+    /// Whether candidate `i` of `cands` takes a single-part input of `len` bytes for mechanism
+    /// `mt`: its `min_bytes` threshold (if any) is at most `len`, or it is the last candidate.
+    fn takes_len(&self, cands: &[usize], i: usize, mt: CK_MECHANISM_TYPE, len: usize) -> bool {
+        i + 1 == cands.len()
+            || self.providers[cands[i]]
+                .cfg
+                .min_bytes(mt)
+                .is_none_or(|min| len as u64 >= min)
+    }
+
+    /// The first of `cands` that takes a single-part input of `len` bytes (see
+    /// [`OpenCf::takes_len`]).
     fn first_for_len(&self, cands: &[usize], mt: CK_MECHANISM_TYPE, len: usize) -> usize {
         (0..cands.len())
-            .find(|&i| {
-                i + 1 == cands.len()
-                    || self.providers[cands[i]]
-                        .cfg
-                        .min_bytes(mt)
-                        .is_none_or(|min| len as u64 >= min)
-            })
+            .find(|&i| self.takes_len(cands, i, mt, len))
             .unwrap_or(0)
     }
 
@@ -519,8 +520,18 @@ impl OpenCf {
             bytes: 0,
             eager: false,
         };
-        if route.defer {
+        // A later candidate may have to run the operation: keep the parameter.
+        let keep = route.defer || op.cands.len() > 1;
+        if keep {
             op.mech = mech.to_mechanism()?;
+        }
+        if !route.defer {
+            if keep {
+                self.bind(&mut ms, kind, &mut op, 0, None)?;
+            } else {
+                self.bind_with(&mut ms, kind, &mut op, mech, 0, None)?;
+            }
+        } else {
             // A threshold applies, but binding now costs nothing when the candidate for the
             // smallest input can cancel the operation (`C_SessionCancel`, 3.0) should a larger
             // input belong to an earlier candidate: errors then come from the init, as without
@@ -529,27 +540,12 @@ impl OpenCf {
             if self.p(op.cands[small]).has_v3() {
                 self.bind(&mut ms, kind, &mut op, small, Some(0))?;
                 op.eager = true;
-                ms.ops[kind as usize] = Some(op);
-                return Ok(());
-            }
-            // Otherwise bind when the data length is known; check the key now.
-            if let Some(k) = key {
+            } else if let Some(k) = key {
+                // Bind when the data length is known; check the key now.
                 let ks = self.p(self.meta()?.keystore);
                 ks.get_attribute_value(ms.ks, k, &[CKA_CLASS])
-                    .map_err(|e| {
-                        if e == CKR_OBJECT_HANDLE_INVALID {
-                            CKR_KEY_HANDLE_INVALID
-                        } else {
-                            e
-                        }
-                    })?;
+                    .map_err(key_handle_error)?;
             }
-        } else if op.cands.len() > 1 {
-            // A later candidate may have to re-run the operation (failover).
-            op.mech = mech.to_mechanism()?;
-            self.bind(&mut ms, kind, &mut op, 0, None)?;
-        } else {
-            self.bind_with(&mut ms, kind, &mut op, mech, 0, None)?;
         }
         ms.ops[kind as usize] = Some(op);
         Ok(())
@@ -567,43 +563,48 @@ impl OpenCf {
         mut f: impl FnMut(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
         let mut ms = m.lock();
-        // The usual case, in place: the operation is bound and its provider answers.
-        let msr = &mut *ms;
-        let op = msr.ops[kind as usize]
-            .as_mut()
-            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        if let (true, Some(b)) = (op.eager, op.bound) {
-            let want = self.first_for_len(&op.cands, op.mech.mechanism, len);
-            if want < b.idx && self.p(b.prov).session_cancel(b.h, kind.flag()).is_ok() {
-                // The input reaches an earlier candidate's threshold: move the operation.
-                let mut op = msr.ops[kind as usize].take().expect("active");
-                op.bound = None;
-                op.eager = false;
-                self.bind(&mut ms, kind, &mut op, want, Some(len))?;
-                return self.meta_single_slow(&mut ms, op, kind, len, query, f);
+        // Where the next binding starts, and the error that made it necessary (failover).
+        let mut start = 0;
+        let mut failed = None;
+        loop {
+            // The operation stays in place in the session; it is taken out only to bind it.
+            let msr = &mut *ms;
+            let op = msr.ops[kind as usize]
+                .as_mut()
+                .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+            if let (true, Some(b)) = (op.eager, op.bound) {
+                let want = self.first_for_len(&op.cands, op.mech.mechanism, len);
+                // The input reaches an earlier candidate's threshold: move the operation
+                // (if the provider cannot cancel, it runs where it is).
+                if want < b.idx && self.p(b.prov).session_cancel(b.h, kind.flag()).is_ok() {
+                    op.bound = None;
+                    start = want;
+                }
             }
-            // (If the provider could not cancel, the operation runs where it is.)
-        }
-        if let Some(b) = op.bound {
+            let Some(b) = op.bound else {
+                let mut op = msr.ops[kind as usize].take().expect("active");
+                // Bound for this input now, not for the smallest one.
+                op.eager = false;
+                // No candidate left after a failover: the caller gets the provider's error.
+                self.bind(&mut ms, kind, &mut op, start, Some(len))
+                    .map_err(|e| failed.unwrap_or(e))?;
+                ms.ops[kind as usize] = Some(op);
+                continue;
+            };
             msr.calls = msr.calls.wrapping_add(1);
             let t0 = (msr.calls.is_multiple_of(LATENCY_SAMPLE) && !query && b.counters.is_some())
                 .then(std::time::Instant::now);
             let r = f(self.p(b.prov), b.h);
             match r {
+                // The operation stays active: a size query, or a buffer too small.
                 Ok(()) if query => return r,
                 Err(CKR_BUFFER_TOO_SMALL) => return r,
+                // The next candidate re-runs the whole operation.
                 Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
-                    // Failover below: the next candidate re-runs the whole operation.
                     self.left(b.prov, op.mech.mechanism, e, true);
                     op.bound = None;
-                    let mut op = msr.ops[kind as usize].take().expect("active");
-                    if self
-                        .bind(&mut ms, kind, &mut op, b.idx + 1, Some(len))
-                        .is_err()
-                    {
-                        return Err(e);
-                    }
-                    return self.meta_single_slow(&mut ms, op, kind, len, query, f);
+                    start = b.idx + 1;
+                    failed = Some(e);
                 }
                 r => {
                     ran(b.counters, &r, len as u64, t0);
@@ -612,49 +613,6 @@ impl OpenCf {
                 }
             }
         }
-        let mut op = msr.ops[kind as usize].take().expect("active");
-        self.bind(&mut ms, kind, &mut op, 0, Some(len))?;
-        self.meta_single_slow(&mut ms, op, kind, len, query, f)
-    }
-
-    /// [`OpenCf::meta_single`] once the operation has been (re)bound: runs it, failing over to
-    /// the next candidate on a recoverable error.
-    fn meta_single_slow(
-        &self,
-        ms: &mut MetaSession,
-        mut op: Op,
-        kind: OpKind,
-        len: usize,
-        query: bool,
-        mut f: impl FnMut(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
-    ) -> CkResult<()> {
-        ms.calls = ms.calls.wrapping_add(1);
-        let timed = ms.calls.is_multiple_of(LATENCY_SAMPLE)
-            && !query
-            && op.bound.is_some_and(|b| b.counters.is_some());
-        let r = loop {
-            let b = op.bound.expect("bound");
-            let t0 = timed.then(std::time::Instant::now);
-            let r = f(self.p(b.prov), b.h);
-            match r {
-                // The operation stays active: a size query, or a buffer too small.
-                Ok(()) if query => break r,
-                Err(CKR_BUFFER_TOO_SMALL) => break r,
-                Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
-                    self.left(b.prov, op.mech.mechanism, e, true);
-                    op.bound = None;
-                    if self.bind(ms, kind, &mut op, b.idx + 1, Some(len)).is_err() {
-                        return Err(e);
-                    }
-                }
-                r => {
-                    ran(b.counters, &r, len as u64, t0);
-                    return r;
-                }
-            }
-        };
-        ms.ops[kind as usize] = Some(op);
-        r
     }
 
     /// Runs a step of a multi-part operation on its provider (binding it first if it was

@@ -139,6 +139,28 @@ pub enum AttrValue {
     Invalid,
 }
 
+/// Largest GCM IV the OpenCF modules accept (bytes). PKCS#11 sets no bound; this one keeps a
+/// hostile `ulIvLen` from costing more than a bounded GHASH.
+pub const GCM_MAX_IV: usize = 64 * 1024;
+
+/// Checks a GCM IV (`CK_GCM_PARAMS.pIv`): 1 to [`GCM_MAX_IV`] bytes, else
+/// `CKR_MECHANISM_PARAM_INVALID`.
+pub fn gcm_iv_ok(iv: &[u8]) -> CkResult<()> {
+    if iv.is_empty() || iv.len() > GCM_MAX_IV {
+        return Err(CKR_MECHANISM_PARAM_INVALID);
+    }
+    Ok(())
+}
+
+/// The GCM tag length in bytes for `ulTagBits`: one of the lengths NIST SP 800-38D allows,
+/// else `CKR_MECHANISM_PARAM_INVALID`.
+pub fn gcm_tag_len(tag_bits: CK_ULONG) -> CkResult<usize> {
+    match tag_bits {
+        32 | 64 | 96 | 104 | 112 | 120 | 128 => Ok(tag_bits as usize / 8),
+        _ => Err(CKR_MECHANISM_PARAM_INVALID),
+    }
+}
+
 /// A mechanism with its parameter already parsed from the caller's `CK_MECHANISM`.
 #[derive(Clone, Debug)]
 pub struct Mechanism {

@@ -42,7 +42,7 @@
 
 use crate::gf128::{self as gf, block};
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
+use opencf_abi::{gcm_iv_ok, gcm_tag_len, CkResult, MechParam, Mechanism, OutBuf};
 use openssl::cipher::Cipher;
 use openssl::cipher_ctx::CipherCtx;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,8 +61,6 @@ pub const PIECES_PER_THREAD: usize = 4;
 pub const BALANCE_PIECE: usize = 1 << 20;
 /// The largest input handed to OpenSSL in one call (its lengths are `int`).
 const PIECE: usize = 1 << 30;
-/// The largest IV (bytes), as in the software token.
-pub const MAX_IV: usize = 64 * 1024;
 /// The largest plaintext GCM allows: `2^32 − 2` blocks (SP 800-38D, 5.2.1.1).
 pub const MAX_DATA: u64 = ((1 << 32) - 2) * 16;
 
@@ -517,14 +515,6 @@ impl Bulk {
     }
 }
 
-/// GCM tag lengths allowed by NIST SP 800-38D (bits), as in the software token.
-fn tag_len(tag_bits: CK_ULONG) -> CkResult<usize> {
-    match tag_bits {
-        32 | 64 | 96 | 104 | 112 | 120 | 128 => Ok(tag_bits as usize / 8),
-        _ => Err(CKR_MECHANISM_PARAM_INVALID),
-    }
-}
-
 /// An active `C_Encrypt*` or `C_Decrypt*` operation with `CKM_AES_GCM`. Single-part calls
 /// run on the bulk engine. Multi-part encryption streams through one OpenSSL context in the
 /// caller's thread (started at the first update); multi-part decryption collects the input
@@ -557,10 +547,8 @@ impl GcmOp {
         else {
             return Err(CKR_MECHANISM_PARAM_INVALID);
         };
-        if iv.is_empty() || iv.len() > MAX_IV {
-            return Err(CKR_MECHANISM_PARAM_INVALID);
-        }
-        let tag_len = tag_len(*tag_bits)?;
+        gcm_iv_ok(iv)?;
+        let tag_len = gcm_tag_len(*tag_bits)?;
         Ok(GcmOp {
             j0: key.j0(iv),
             key,

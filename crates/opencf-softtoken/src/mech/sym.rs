@@ -14,7 +14,7 @@ use super::{ossl_err, CipherOp, Key, MessageOp};
 use crate::attrs::{AttrMap, AttrMapExt};
 use opencf_abi::ossl_sym::{aes_gcm_any_iv, GcmError};
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, MechParam, Mechanism, MessageParams, OutBuf};
+use opencf_abi::{gcm_iv_ok, gcm_tag_len, CkResult, MechParam, Mechanism, MessageParams, OutBuf};
 use openssl::cipher::{Cipher, CipherRef};
 use openssl::cipher_ctx::{CipherCtx, CipherCtxFlags};
 use std::sync::OnceLock;
@@ -28,8 +28,6 @@ const MAX_BLOCK: usize = 16;
 /// Largest GCM IV OpenSSL's `EVP` interface accepts (bytes); longer ones go through
 /// [`opencf_abi::ossl_sym::aes_gcm_any_iv`].
 const EVP_GCM_MAX_IV: usize = 128;
-/// Largest GCM IV this token accepts (bytes).
-const GCM_MAX_IV: usize = 64 * 1024;
 
 // ---------------------------------------------------------------------------------------------
 // Algorithms
@@ -616,21 +614,6 @@ impl CipherOp for CtrOp {
 }
 
 // ----- AES-GCM and ChaCha20-Poly1305 ---------------------------------------------------------
-
-/// GCM tag lengths allowed by NIST SP 800-38D (bits).
-fn gcm_tag_len(tag_bits: CK_ULONG) -> CkResult<usize> {
-    match tag_bits {
-        32 | 64 | 96 | 104 | 112 | 120 | 128 => Ok(tag_bits as usize / 8),
-        _ => Err(CKR_MECHANISM_PARAM_INVALID),
-    }
-}
-
-fn gcm_iv_ok(iv: &[u8]) -> CkResult<()> {
-    if iv.is_empty() || iv.len() > GCM_MAX_IV {
-        return Err(CKR_MECHANISM_PARAM_INVALID);
-    }
-    Ok(())
-}
 
 /// The (IV, AAD, tag length) of a `CK_GCM_PARAMS` / `CK_SALSA20_CHACHA20_POLY1305_PARAMS`.
 fn aead_params(mech: &Mechanism) -> CkResult<(&[u8], &[u8], usize)> {
@@ -2033,7 +2016,7 @@ mod tests {
         assert!(p(&gcm(&[0; 256], b"", 32)).is_none());
         assert!(p(&gcm(&[0; 257], b"", 128)).is_none());
         assert_eq!(
-            p(&gcm(&vec![0; GCM_MAX_IV + 1], b"", 128)),
+            p(&gcm(&vec![0; opencf_abi::GCM_MAX_IV + 1], b"", 128)),
             Some(CKR_MECHANISM_PARAM_INVALID)
         );
         // `ulIvBits` is ignored, whatever it holds.

@@ -1,7 +1,7 @@
 //! Template fuzz harness, shared by the libFuzzer target
 //! (`fuzz/fuzz_targets/template.rs`) and the stable driver
 //! (`tests/pkcs11-tests/tests/fuzz_template.rs`), which include this file
-//! with `#[path]`. It only needs the `opencf_abi` and `opencf_softtoken`
+//! with `#[path]`. It only needs the `opencf_abi` and `opencf_softtoken_core`
 //! crates.
 //!
 //! Input format: a sequence of attributes, each
@@ -24,8 +24,8 @@
 
 use opencf_abi::sys::*;
 use opencf_abi::{decode_template, encode_template, Attribute, ARRAY_ATTRIBUTE_FLAG};
-use opencf_softtoken::attrs::{from_template, AttrMap};
-use opencf_softtoken::{mech, policy};
+use opencf_softtoken_core::attrs::{from_template, AttrMap};
+use opencf_softtoken_core::{mech, policy};
 
 /// Attribute types a one-byte type index picks from.
 pub const KNOWN_TYPES: &[CK_ATTRIBUTE_TYPE] = &[

@@ -17,11 +17,13 @@ const NS: CK_RV = CKR_FUNCTION_NOT_SUPPORTED;
 /// One value exists between `C_Initialize` and `C_Finalize`; it is shared by all threads, so
 /// every method takes `&self` and the implementation does its own fine-grained locking.
 #[allow(unused_variables)]
-pub trait Backend: Send + Sync + Sized + 'static {
+pub trait Backend: Send + Sync + 'static {
     // ----- General purpose -----
 
     /// `C_Initialize`: builds the module's state.
-    fn initialize(args: &InitArgs) -> CkResult<Self>;
+    fn initialize(args: &InitArgs) -> CkResult<Self>
+    where
+        Self: Sized;
     /// `C_Finalize`: called once before the value is dropped. Release resources (files,
     /// connections, worker threads) here: the value itself may be dropped a little later, on
     /// another thread, when the last thread that cached it makes its next call or exits.
@@ -607,3 +609,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `CKR_FUNCTION_NOT_PARALLEL`.
     fn check_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()>;
 }
+
+/// A [`Backend`] is called through `dyn Backend` by a framework that links it in
+/// ([`crate::provider::Provider::linked`]).
+const _: Option<&dyn Backend> = None;

@@ -120,6 +120,15 @@ macro_rules! func {
     };
 }
 
+/// For a linked backend ([`Provider::linked`]): returns what the backend's method answers.
+macro_rules! linked {
+    ($self:ident, |$b:ident| $e:expr) => {
+        if let Some($b) = &$self.linked {
+            return $e;
+        }
+    };
+}
+
 /// Runs a two-call output function with the caller's [`OutBuf`]: the buffer (or NULL for a
 /// size query) goes to the module, and the length it reports is recorded in `out` on
 /// `CKR_OK` and on `CKR_BUFFER_TOO_SMALL`, as [`OutBuf::reserve`] would have.
@@ -299,13 +308,18 @@ const INTERFACE_NAME: &CStr = c"PKCS 11";
 /// All methods take `&self`: a module initialized with `CKF_OS_LOCKING_OK` may be called
 /// from any number of threads at once.
 pub struct Provider {
-    /// The module's functions, copied from its table at load time.
+    /// The module's functions, copied from its table at load time (all `None` for a linked
+    /// backend).
     fl: CK_FUNCTION_LIST_3_2,
+    /// A backend linked into the calling library ([`Provider::linked`]): every method calls
+    /// it directly, without the C ABI.
+    linked: Option<Box<dyn crate::Backend>>,
     /// Whether this value's `initialize` initialized the module (and `finalize` has not run).
     initialized_here: AtomicBool,
     path: PathBuf,
-    /// Dropped last: the function pointers above point into the library.
-    _lib: Library,
+    /// Dropped last: the function pointers above point into the library (`None` for a linked
+    /// backend).
+    _lib: Option<Library>,
 }
 
 // SAFETY: the table holds function pointers into a library kept loaded by `_lib`; PKCS#11
@@ -328,7 +342,9 @@ impl fmt::Debug for Provider {
 impl Drop for Provider {
     fn drop(&mut self) {
         if self.initialized_here.swap(false, Ordering::AcqRel) {
-            if let Some(f) = self.fl.C_Finalize {
+            if let Some(b) = &self.linked {
+                b.finalize();
+            } else if let Some(f) = self.fl.C_Finalize {
                 // SAFETY: a function of the loaded module; NULL is the required argument.
                 unsafe { f(null_mut()) };
             }
@@ -372,10 +388,35 @@ impl Provider {
         let fl = Self::function_table(&lib, path)?;
         Ok(Provider {
             fl,
+            linked: None,
             initialized_here: AtomicBool::new(false),
             path: path.to_path_buf(),
-            _lib: lib,
+            _lib: Some(lib),
         })
+    }
+
+    /// A provider whose backend is linked into the calling library and already initialized
+    /// (its [`crate::Backend::initialize`] has run): the methods call it directly, without the
+    /// C ABI, and [`Provider::finalize`] (or dropping the provider) finalizes it. `path` is the
+    /// module file it stands for, reported by [`Provider::path`]. It offers everything of
+    /// PKCS#11 3.2 that the backend implements, like the module built from it.
+    pub fn linked(path: &Path, backend: Box<dyn crate::Backend>) -> Provider {
+        Provider {
+            // No function: every method calls the backend.
+            fl: CK_FUNCTION_LIST_3_2 {
+                version: CK_VERSION { major: 3, minor: 2 },
+                ..Default::default()
+            },
+            linked: Some(backend),
+            initialized_here: AtomicBool::new(true),
+            path: path.to_path_buf(),
+            _lib: None,
+        }
+    }
+
+    /// Whether the backend is linked in ([`Provider::linked`]) rather than a loaded module.
+    pub fn is_linked(&self) -> bool {
+        self.linked.is_some()
     }
 
     /// Finds the module's best function table (see [`Provider::load`]).
@@ -476,6 +517,8 @@ impl Provider {
     }
 
     fn initialize_with(&self, flags: CK_FLAGS) -> CkResult<()> {
+        // A linked backend is initialized when the provider is made.
+        linked!(self, |_b| Ok(()));
         let f = func!(self.C_Initialize);
         let mut args = CK_C_INITIALIZE_ARGS {
             CreateMutex: None,
@@ -498,6 +541,12 @@ impl Provider {
 
     /// `C_Finalize`.
     pub fn finalize(&self) -> CkResult<()> {
+        linked!(self, |b| {
+            if self.initialized_here.swap(false, Ordering::AcqRel) {
+                b.finalize();
+            }
+            Ok(())
+        });
         let f = func!(self.C_Finalize);
         // SAFETY: a function of the loaded module; NULL is the required argument.
         let r = check(unsafe { f(null_mut()) });
@@ -507,6 +556,7 @@ impl Provider {
 
     /// `C_GetInfo`.
     pub fn get_info(&self) -> CkResult<CK_INFO> {
+        linked!(self, |b| b.get_info());
         let f = func!(self.C_GetInfo);
         let mut info = CK_INFO::default();
         // SAFETY: a function of the loaded module; an out structure.
@@ -518,6 +568,7 @@ impl Provider {
 
     /// `C_GetSlotList`.
     pub fn get_slot_list(&self, token_present: bool) -> CkResult<Vec<CK_SLOT_ID>> {
+        linked!(self, |b| b.get_slot_list(token_present));
         let f = func!(self.C_GetSlotList);
         let present = if token_present { CK_TRUE } else { CK_FALSE };
         // SAFETY: a function of the loaded module; `read_list` passes NULL or an array of
@@ -527,6 +578,7 @@ impl Provider {
 
     /// `C_GetSlotInfo`.
     pub fn get_slot_info(&self, slot: CK_SLOT_ID) -> CkResult<CK_SLOT_INFO> {
+        linked!(self, |b| b.get_slot_info(slot));
         let f = func!(self.C_GetSlotInfo);
         let mut info = CK_SLOT_INFO {
             slotDescription: [b' '; 64],
@@ -542,6 +594,7 @@ impl Provider {
 
     /// `C_GetTokenInfo`.
     pub fn get_token_info(&self, slot: CK_SLOT_ID) -> CkResult<CK_TOKEN_INFO> {
+        linked!(self, |b| b.get_token_info(slot));
         let f = func!(self.C_GetTokenInfo);
         let mut info = CK_TOKEN_INFO::default();
         // SAFETY: a function of the loaded module; an out structure.
@@ -551,6 +604,7 @@ impl Provider {
 
     /// `C_GetMechanismList`.
     pub fn get_mechanism_list(&self, slot: CK_SLOT_ID) -> CkResult<Vec<CK_MECHANISM_TYPE>> {
+        linked!(self, |b| b.get_mechanism_list(slot));
         let f = func!(self.C_GetMechanismList);
         // SAFETY: as in `get_slot_list`.
         read_list(|p, n| unsafe { f(slot, p, n) })
@@ -562,6 +616,7 @@ impl Provider {
         slot: CK_SLOT_ID,
         mech: CK_MECHANISM_TYPE,
     ) -> CkResult<CK_MECHANISM_INFO> {
+        linked!(self, |b| b.get_mechanism_info(slot, mech));
         let f = func!(self.C_GetMechanismInfo);
         let mut info = CK_MECHANISM_INFO::default();
         // SAFETY: a function of the loaded module; an out structure.
@@ -571,6 +626,7 @@ impl Provider {
 
     /// `C_InitToken` (label is the 32-byte blank-padded field).
     pub fn init_token(&self, slot: CK_SLOT_ID, so_pin: &[u8], label: &[u8; 32]) -> CkResult<()> {
+        linked!(self, |b| b.init_token(slot, so_pin, label));
         let f = func!(self.C_InitToken);
         let mut label = *label;
         // SAFETY: a function of the loaded module; input buffers of the stated lengths.
@@ -579,6 +635,7 @@ impl Provider {
 
     /// `C_InitPIN`.
     pub fn init_pin(&self, s: CK_SESSION_HANDLE, pin: &[u8]) -> CkResult<()> {
+        linked!(self, |b| b.init_pin(s, pin));
         let f = func!(self.C_InitPIN);
         // SAFETY: a function of the loaded module; an input buffer.
         check(unsafe { f(s, input(pin), ul(pin.len())) })
@@ -586,6 +643,7 @@ impl Provider {
 
     /// `C_SetPIN`.
     pub fn set_pin(&self, s: CK_SESSION_HANDLE, old: &[u8], new: &[u8]) -> CkResult<()> {
+        linked!(self, |b| b.set_pin(s, old, new));
         let f = func!(self.C_SetPIN);
         // SAFETY: a function of the loaded module; input buffers.
         check(unsafe { f(s, input(old), ul(old.len()), input(new), ul(new.len())) })
@@ -593,6 +651,7 @@ impl Provider {
 
     /// `C_WaitForSlotEvent`; `dont_block` sets `CKF_DONT_BLOCK`.
     pub fn wait_for_slot_event(&self, dont_block: bool) -> CkResult<CK_SLOT_ID> {
+        linked!(self, |b| b.wait_for_slot_event(dont_block));
         let f = func!(self.C_WaitForSlotEvent);
         let flags = if dont_block { CKF_DONT_BLOCK } else { 0 };
         let mut slot: CK_SLOT_ID = 0;
@@ -606,6 +665,7 @@ impl Provider {
     /// `C_OpenSession` without a notification callback (`flags` must include
     /// `CKF_SERIAL_SESSION`).
     pub fn open_session(&self, slot: CK_SLOT_ID, flags: CK_FLAGS) -> CkResult<CK_SESSION_HANDLE> {
+        linked!(self, |b| b.open_session(slot, flags));
         let f = func!(self.C_OpenSession);
         let mut h: CK_SESSION_HANDLE = 0;
         // SAFETY: a function of the loaded module; no callback, an out handle.
@@ -615,6 +675,7 @@ impl Provider {
 
     /// `C_CloseSession`.
     pub fn close_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        linked!(self, |b| b.close_session(s));
         let f = func!(self.C_CloseSession);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s) })
@@ -622,6 +683,7 @@ impl Provider {
 
     /// `C_CloseAllSessions`.
     pub fn close_all_sessions(&self, slot: CK_SLOT_ID) -> CkResult<()> {
+        linked!(self, |b| b.close_all_sessions(slot));
         let f = func!(self.C_CloseAllSessions);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(slot) })
@@ -629,6 +691,7 @@ impl Provider {
 
     /// `C_GetSessionInfo`.
     pub fn get_session_info(&self, s: CK_SESSION_HANDLE) -> CkResult<CK_SESSION_INFO> {
+        linked!(self, |b| b.get_session_info(s));
         let f = func!(self.C_GetSessionInfo);
         let mut info = CK_SESSION_INFO::default();
         // SAFETY: a function of the loaded module; an out structure.
@@ -638,6 +701,7 @@ impl Provider {
 
     /// `C_SessionCancel` (3.0; `CKR_FUNCTION_NOT_SUPPORTED` from a 2.40 module).
     pub fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
+        linked!(self, |b| b.session_cancel(s, flags));
         let f = func!(self.C_SessionCancel);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s, flags) })
@@ -645,6 +709,7 @@ impl Provider {
 
     /// `C_GetOperationState`.
     pub fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        linked!(self, |b| b.get_operation_state(s, out));
         let f = func!(self.C_GetOperationState);
         // SAFETY: a function of the loaded module; the caller's buffer and its capacity.
         out_call(out, |p, n| unsafe { f(s, p, n) })
@@ -658,6 +723,7 @@ impl Provider {
         enc_key: CK_OBJECT_HANDLE,
         auth_key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        linked!(self, |b| b.set_operation_state(s, state, enc_key, auth_key));
         let f = func!(self.C_SetOperationState);
         // SAFETY: a function of the loaded module; an input buffer.
         check(unsafe { f(s, input(state), ul(state.len()), enc_key, auth_key) })
@@ -665,6 +731,7 @@ impl Provider {
 
     /// `C_Login`.
     pub fn login(&self, s: CK_SESSION_HANDLE, user: CK_USER_TYPE, pin: &[u8]) -> CkResult<()> {
+        linked!(self, |b| b.login(s, user, pin));
         let f = func!(self.C_Login);
         // SAFETY: a function of the loaded module; an input buffer.
         check(unsafe { f(s, user, input(pin), ul(pin.len())) })
@@ -678,6 +745,7 @@ impl Provider {
         pin: &[u8],
         username: &[u8],
     ) -> CkResult<()> {
+        linked!(self, |b| b.login_user(s, user, pin, username));
         let f = func!(self.C_LoginUser);
         // SAFETY: a function of the loaded module; input buffers.
         check(unsafe {
@@ -694,6 +762,7 @@ impl Provider {
 
     /// `C_Logout`.
     pub fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        linked!(self, |b| b.logout(s));
         let f = func!(self.C_Logout);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s) })
@@ -705,6 +774,7 @@ impl Provider {
         s: CK_SESSION_HANDLE,
         kind: CK_SESSION_VALIDATION_FLAGS_TYPE,
     ) -> CkResult<CK_FLAGS> {
+        linked!(self, |b| b.get_session_validation_flags(s, kind));
         let f = func!(self.C_GetSessionValidationFlags);
         let mut flags: CK_FLAGS = 0;
         // SAFETY: a function of the loaded module; an out value.
@@ -720,6 +790,7 @@ impl Provider {
         s: CK_SESSION_HANDLE,
         template: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
+        linked!(self, |b| b.create_object(s, template));
         let f = func!(self.C_CreateObject);
         let mut t = CTemplate::new(template)?;
         let mut h: CK_OBJECT_HANDLE = 0;
@@ -735,6 +806,7 @@ impl Provider {
         obj: CK_OBJECT_HANDLE,
         template: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
+        linked!(self, |b| b.copy_object(s, obj, template));
         let f = func!(self.C_CopyObject);
         let mut t = CTemplate::new(template)?;
         let mut h: CK_OBJECT_HANDLE = 0;
@@ -745,6 +817,7 @@ impl Provider {
 
     /// `C_DestroyObject`.
     pub fn destroy_object(&self, s: CK_SESSION_HANDLE, obj: CK_OBJECT_HANDLE) -> CkResult<()> {
+        linked!(self, |b| b.destroy_object(s, obj));
         let f = func!(self.C_DestroyObject);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s, obj) })
@@ -756,6 +829,7 @@ impl Provider {
         s: CK_SESSION_HANDLE,
         obj: CK_OBJECT_HANDLE,
     ) -> CkResult<CK_ULONG> {
+        linked!(self, |b| b.get_object_size(s, obj));
         let f = func!(self.C_GetObjectSize);
         let mut size: CK_ULONG = 0;
         // SAFETY: a function of the loaded module; an out value.
@@ -774,6 +848,7 @@ impl Provider {
         obj: CK_OBJECT_HANDLE,
         types: &[CK_ATTRIBUTE_TYPE],
     ) -> CkResult<Vec<AttrValue>> {
+        linked!(self, |b| b.get_attribute_value(s, obj, types));
         let f = func!(self.C_GetAttributeValue);
         // SAFETY: a function of the loaded module; `get` is only given arrays whose value
         // pointers are NULL or buffers of the stated lengths, all living across the call.
@@ -957,6 +1032,7 @@ impl Provider {
         obj: CK_OBJECT_HANDLE,
         template: &[Attribute],
     ) -> CkResult<()> {
+        linked!(self, |b| b.set_attribute_value(s, obj, template));
         let f = func!(self.C_SetAttributeValue);
         let mut t = CTemplate::new(template)?;
         // SAFETY: as in `create_object`.
@@ -966,6 +1042,7 @@ impl Provider {
     /// `C_FindObjectsInit`.
     #[inline]
     pub fn find_objects_init(&self, s: CK_SESSION_HANDLE, template: &[Attribute]) -> CkResult<()> {
+        linked!(self, |b| b.find_objects_init(s, template));
         let f = func!(self.C_FindObjectsInit);
         let mut t = CTemplate::new(template)?;
         // SAFETY: as in `create_object`.
@@ -992,6 +1069,12 @@ impl Provider {
         s: CK_SESSION_HANDLE,
         found: &mut [CK_OBJECT_HANDLE],
     ) -> CkResult<usize> {
+        linked!(self, |b| {
+            let v = b.find_objects(s, found.len())?;
+            let n = v.len().min(found.len());
+            found[..n].copy_from_slice(&v[..n]);
+            Ok(n)
+        });
         let f = func!(self.C_FindObjects);
         let mut count: CK_ULONG = 0;
         // SAFETY: a function of the loaded module; an array of the stated length and an
@@ -1006,6 +1089,7 @@ impl Provider {
     /// `C_FindObjectsFinal`.
     #[inline]
     pub fn find_objects_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        linked!(self, |b| b.find_objects_final(s));
         let f = func!(self.C_FindObjectsFinal);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s) })
@@ -1028,7 +1112,7 @@ fn with_mechanism<R>(mech: MechRef<'_>, f: impl FnOnce(*mut CK_MECHANISM) -> R) 
 
 /// `*Init(session, mechanism, key)` methods.
 macro_rules! init_fns {
-    ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
+    ($($(#[$doc:meta])* $name:ident $(/ $raw:ident)? => $c:ident;)*) => {
         impl Provider {
             $(
                 $(#[$doc])*
@@ -1039,9 +1123,20 @@ macro_rules! init_fns {
                     mech: impl Into<MechRef<'m>>,
                     key: CK_OBJECT_HANDLE,
                 ) -> CkResult<()> {
+                    let mech = mech.into();
+                    linked!(self, |b| match mech {
+                        // The backend's `*_raw` method where it has one (it parses the
+                        // structure itself), else the parsed mechanism.
+                        #[allow(unreachable_code)]
+                        MechRef::Raw(r) => {
+                            $(return b.$raw(s, r, key);)?
+                            b.$name(s, &r.parse()?, key)
+                        }
+                        MechRef::Parsed(m) => b.$name(s, m, key),
+                    });
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module; a mechanism valid for the call.
-                    with_mechanism(mech.into(), |m| check(unsafe { f(s, m, key) }))
+                    with_mechanism(mech, |m| check(unsafe { f(s, m, key) }))
                 }
             )*
         }
@@ -1050,15 +1145,15 @@ macro_rules! init_fns {
 
 init_fns! {
     /// `C_EncryptInit`.
-    encrypt_init => C_EncryptInit;
+    encrypt_init / encrypt_init_raw => C_EncryptInit;
     /// `C_DecryptInit`.
-    decrypt_init => C_DecryptInit;
+    decrypt_init / decrypt_init_raw => C_DecryptInit;
     /// `C_SignInit`.
-    sign_init => C_SignInit;
+    sign_init / sign_init_raw => C_SignInit;
     /// `C_SignRecoverInit`.
     sign_recover_init => C_SignRecoverInit;
     /// `C_VerifyInit`.
-    verify_init => C_VerifyInit;
+    verify_init / verify_init_raw => C_VerifyInit;
     /// `C_VerifyRecoverInit`.
     verify_recover_init => C_VerifyRecoverInit;
     /// `C_MessageEncryptInit` (3.0).
@@ -1080,6 +1175,7 @@ macro_rules! in_out_fns {
                     data: &[u8],
                     out: &mut OutBuf,
                 ) -> CkResult<()> {
+                    linked!(self, |b| b.$name(s, data, out));
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module; an input buffer, and the
                     // caller's output buffer (or NULL) with its capacity.
@@ -1124,6 +1220,7 @@ macro_rules! out_fns {
             $(
                 $(#[$doc])*
                 pub fn $name(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+                    linked!(self, |b| b.$name(s, out));
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module; the caller's output buffer
                     // (or NULL) with its capacity.
@@ -1152,6 +1249,7 @@ macro_rules! in_fns {
             $(
                 $(#[$doc])*
                 pub fn $name(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
+                    linked!(self, |b| b.$name(s, data));
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module; an input buffer.
                     check(unsafe { f(s, input(data), ul(data.len())) })
@@ -1185,6 +1283,7 @@ macro_rules! session_fns {
             $(
                 $(#[$doc])*
                 pub fn $name(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+                    linked!(self, |b| b.$name(s));
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module.
                     check(unsafe { f(s) })
@@ -1201,9 +1300,30 @@ session_fns! {
     message_decrypt_final => C_MessageDecryptFinal;
     /// `C_VerifySignatureFinal` (3.2).
     verify_signature_final => C_VerifySignatureFinal;
-    /// `C_GetFunctionStatus` (legacy: modules answer `CKR_FUNCTION_NOT_PARALLEL`).
+}
+
+/// The legacy parallel-function calls: modules answer `CKR_FUNCTION_NOT_PARALLEL` for a valid
+/// session, as a linked backend's module would.
+macro_rules! legacy_fns {
+    ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
+        impl Provider {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+                    linked!(self, |b| b.check_session(s).and(Err(CKR_FUNCTION_NOT_PARALLEL)));
+                    let f = func!(self.$c);
+                    // SAFETY: a function of the loaded module.
+                    check(unsafe { f(s) })
+                }
+            )*
+        }
+    };
+}
+
+legacy_fns! {
+    /// `C_GetFunctionStatus`.
     get_function_status => C_GetFunctionStatus;
-    /// `C_CancelFunction` (legacy: modules answer `CKR_FUNCTION_NOT_PARALLEL`).
+    /// `C_CancelFunction`.
     cancel_function => C_CancelFunction;
 }
 
@@ -1216,13 +1336,19 @@ impl Provider {
         s: CK_SESSION_HANDLE,
         mech: impl Into<MechRef<'m>>,
     ) -> CkResult<()> {
+        let mech = mech.into();
+        linked!(self, |b| match mech {
+            MechRef::Raw(r) => b.digest_init_raw(s, r),
+            MechRef::Parsed(m) => b.digest_init(s, m),
+        });
         let f = func!(self.C_DigestInit);
         // SAFETY: a function of the loaded module; a mechanism valid for the call.
-        with_mechanism(mech.into(), |m| check(unsafe { f(s, m) }))
+        with_mechanism(mech, |m| check(unsafe { f(s, m) }))
     }
 
     /// `C_DigestKey`.
     pub fn digest_key(&self, s: CK_SESSION_HANDLE, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        linked!(self, |b| b.digest_key(s, key));
         let f = func!(self.C_DigestKey);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s, key) })
@@ -1232,6 +1358,7 @@ impl Provider {
 
     /// `C_Verify`.
     pub fn verify(&self, s: CK_SESSION_HANDLE, data: &[u8], sig: &[u8]) -> CkResult<()> {
+        linked!(self, |b| b.verify(s, data, sig));
         let f = func!(self.C_Verify);
         // SAFETY: a function of the loaded module; input buffers.
         check(unsafe { f(s, input(data), ul(data.len()), input(sig), ul(sig.len())) })
@@ -1245,8 +1372,13 @@ impl Provider {
         key: CK_OBJECT_HANDLE,
         sig: &[u8],
     ) -> CkResult<()> {
+        let mech = mech.into();
+        linked!(self, |b| match mech {
+            MechRef::Raw(r) => b.verify_signature_init(s, &r.parse()?, key, sig),
+            MechRef::Parsed(m) => b.verify_signature_init(s, m, key, sig),
+        });
         let f = func!(self.C_VerifySignatureInit);
-        with_mechanism(mech.into(), |m| {
+        with_mechanism(mech, |m| {
             // SAFETY: a function of the loaded module; a mechanism valid for the call and an
             // input buffer.
             check(unsafe { f(s, m, key, input(sig), ul(sig.len())) })
@@ -1265,6 +1397,7 @@ impl Provider {
         data: &[u8],
         out: &mut OutBuf,
     ) -> CkResult<()> {
+        linked!(self, |b| b.encrypt_message(s, params, aad, data, out));
         let f = func!(self.C_EncryptMessage);
         let mut c = CMessageParams::new(params);
         let (pp, pl) = c.as_raw();
@@ -1292,6 +1425,7 @@ impl Provider {
         params: &mut MessageParams,
         aad: &[u8],
     ) -> CkResult<()> {
+        linked!(self, |b| b.encrypt_message_begin(s, params, aad));
         let f = func!(self.C_EncryptMessageBegin);
         let mut c = CMessageParams::new(params);
         let (pp, pl) = c.as_raw();
@@ -1309,6 +1443,7 @@ impl Provider {
         out: &mut OutBuf,
         last: bool,
     ) -> CkResult<()> {
+        linked!(self, |b| b.encrypt_message_next(s, params, data, out, last));
         let f = func!(self.C_EncryptMessageNext);
         let flags = if last { CKF_END_OF_MESSAGE } else { 0 };
         let mut c = CMessageParams::new(params);
@@ -1328,6 +1463,7 @@ impl Provider {
         data: &[u8],
         out: &mut OutBuf,
     ) -> CkResult<()> {
+        linked!(self, |b| b.decrypt_message(s, params, aad, data, out));
         let f = func!(self.C_DecryptMessage);
         let mut c = CMessageParams::new(params);
         let (pp, pl) = c.as_raw();
@@ -1354,6 +1490,7 @@ impl Provider {
         params: &mut MessageParams,
         aad: &[u8],
     ) -> CkResult<()> {
+        linked!(self, |b| b.decrypt_message_begin(s, params, aad));
         let f = func!(self.C_DecryptMessageBegin);
         let mut c = CMessageParams::new(params);
         let (pp, pl) = c.as_raw();
@@ -1370,6 +1507,7 @@ impl Provider {
         out: &mut OutBuf,
         last: bool,
     ) -> CkResult<()> {
+        linked!(self, |b| b.decrypt_message_next(s, params, data, out, last));
         let f = func!(self.C_DecryptMessageNext);
         let flags = if last { CKF_END_OF_MESSAGE } else { 0 };
         let mut c = CMessageParams::new(params);
@@ -1389,6 +1527,7 @@ impl Provider {
         mech: &Mechanism,
         template: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
+        linked!(self, |b| b.generate_key(s, mech, template));
         let f = func!(self.C_GenerateKey);
         let mut m = CMechanism::new(mech);
         let mut t = CTemplate::new(template)?;
@@ -1407,6 +1546,12 @@ impl Provider {
         public_template: &[Attribute],
         private_template: &[Attribute],
     ) -> CkResult<(CK_OBJECT_HANDLE, CK_OBJECT_HANDLE)> {
+        linked!(self, |b| b.generate_key_pair(
+            s,
+            mech,
+            public_template,
+            private_template
+        ));
         let f = func!(self.C_GenerateKeyPair);
         let mut m = CMechanism::new(mech);
         let mut public = CTemplate::new(public_template)?;
@@ -1437,6 +1582,7 @@ impl Provider {
         key: CK_OBJECT_HANDLE,
         out: &mut OutBuf,
     ) -> CkResult<()> {
+        linked!(self, |b| b.wrap_key(s, mech, wrapping_key, key, out));
         let f = func!(self.C_WrapKey);
         let mut m = CMechanism::new(mech);
         let mp = m.as_mut_ptr();
@@ -1454,6 +1600,13 @@ impl Provider {
         wrapped: &[u8],
         template: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
+        linked!(self, |b| b.unwrap_key(
+            s,
+            mech,
+            unwrapping_key,
+            wrapped,
+            template
+        ));
         let f = func!(self.C_UnwrapKey);
         let mut m = CMechanism::new(mech);
         let mut t = CTemplate::new(template)?;
@@ -1482,6 +1635,7 @@ impl Provider {
         base_key: CK_OBJECT_HANDLE,
         template: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
+        linked!(self, |b| b.derive_key(s, mech, base_key, template));
         let f = func!(self.C_DeriveKey);
         let mut m = CMechanism::new(mech);
         let mut t = CTemplate::new(template)?;
@@ -1510,6 +1664,8 @@ impl Provider {
         template: &[Attribute],
         ciphertext: &mut OutBuf,
     ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
+        linked!(self, |b| b
+            .encapsulate_key(s, mech, public_key, template, ciphertext));
         let f = func!(self.C_EncapsulateKey);
         let mut m = CMechanism::new(mech);
         let mut t = CTemplate::new(template)?;
@@ -1533,6 +1689,13 @@ impl Provider {
         template: &[Attribute],
         ciphertext: &[u8],
     ) -> CkResult<CK_OBJECT_HANDLE> {
+        linked!(self, |b| b.decapsulate_key(
+            s,
+            mech,
+            private_key,
+            template,
+            ciphertext
+        ));
         let f = func!(self.C_DecapsulateKey);
         let mut m = CMechanism::new(mech);
         let mut t = CTemplate::new(template)?;
@@ -1557,6 +1720,7 @@ impl Provider {
 
     /// `C_GenerateRandom`: fills `out`.
     pub fn generate_random(&self, s: CK_SESSION_HANDLE, out: &mut [u8]) -> CkResult<()> {
+        linked!(self, |b| b.generate_random(s, out));
         let f = func!(self.C_GenerateRandom);
         // SAFETY: a function of the loaded module; a writable buffer of the stated length.
         check(unsafe { f(s, out.as_mut_ptr(), ul(out.len())) })

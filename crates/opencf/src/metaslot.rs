@@ -103,27 +103,35 @@ impl std::ops::Deref for Cands {
     }
 }
 
-/// An active operation of a metaslot session.
+/// An active operation of a metaslot session. Small and free of allocations when its route
+/// has a single candidate without a threshold (the common case): nothing then has to be kept
+/// for another provider.
 #[derive(Debug)]
 pub struct Op {
-    /// The mechanism. Its parameter is kept only while another candidate may still have to
-    /// run the operation (binding deferred, or a later candidate for failover); otherwise it is
-    /// `Mechanism::new(type)`, saving a copy of the parameter on every init.
-    pub mech: Mechanism,
+    /// The `CKM_*` type.
+    pub mech: CK_MECHANISM_TYPE,
     /// The metaslot (= keystore) key handle, if the operation has one.
     pub key: Option<CK_OBJECT_HANDLE>,
-    /// Candidate providers, in config order.
-    pub cands: Cands,
     /// The provider running it; `None` while binding waits for the data length (a candidate
     /// has a `min_bytes` threshold for the mechanism).
     pub bound: Option<Bound>,
-    /// Extra init data (the signature of `C_VerifySignatureInit`).
-    pub extra: Vec<u8>,
     /// Input bytes of the multi-part calls so far (for the statistics).
     pub bytes: u64,
     /// Bound at init to the candidate for the smallest input although a `min_bytes` threshold
     /// applies: a single-part call with more data may move it (see `route::meta_single`).
     pub eager: bool,
+    /// What another candidate needs to run the operation, kept only while one may still have
+    /// to (binding deferred, or a later candidate for failover).
+    pub kept: Option<Box<Kept>>,
+}
+
+/// The init arguments of an [`Op`] that a later binding repeats.
+#[derive(Debug)]
+pub struct Kept {
+    /// The parsed mechanism, parameter included.
+    pub mech: Mechanism,
+    /// Extra init data (the signature of `C_VerifySignatureInit`).
+    pub extra: Vec<u8>,
 }
 
 /// A metaslot session.
@@ -144,6 +152,9 @@ pub struct MetaSession {
     /// The session's own counter entries (`cryptoadm stat`): its lock makes it their only
     /// writer, so counting an operation needs no atomic read-modify-write.
     pub shard: opencf_stat::Shard,
+    /// The counters found last (provider index, mechanism): an application repeating one
+    /// operation finds them without a lookup.
+    pub last_counters: Option<(usize, CK_MECHANISM_TYPE, &'static opencf_stat::MechCounters)>,
 }
 
 /// One operation in this many has its latency measured for `cryptoadm stat` (reading the
@@ -161,6 +172,24 @@ impl MetaSession {
             finding: false,
             calls: 0,
             shard: opencf_stat::Shard::claim(),
+            last_counters: None,
+        }
+    }
+    /// The session's counters of provider `prov` for mechanism `mech` (`stats`: that
+    /// provider's).
+    pub fn counters(
+        &mut self,
+        prov: usize,
+        mech: CK_MECHANISM_TYPE,
+        stats: &'static opencf_stat::ProviderStats,
+    ) -> &'static opencf_stat::MechCounters {
+        match self.last_counters {
+            Some((p, m, c)) if p == prov && m == mech => c,
+            _ => {
+                let c = stats.mech_in(mech, &self.shard);
+                self.last_counters = Some((prov, mech, c));
+                c
+            }
         }
     }
     /// The active operation of a kind, or `CKR_OPERATION_NOT_INITIALIZED`.

@@ -69,7 +69,7 @@ pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
     let mut out: Vec<Prov> = Vec::new();
     for pc in &cfg.providers {
         let path = opencf_config::resolve_module(&pc.module, lib_dir);
-        match load_one(pc, &path) {
+        match load_one(pc, &path, lib_dir) {
             Ok(prov) => out.push(prov),
             Err(why) => {
                 let optional = matches!(cfg.source, opencf_config::Source::BuiltIn)
@@ -95,11 +95,47 @@ pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
 }
 
 /// Loads, initializes and probes one provider; the error says what failed.
-fn load_one(pc: &ProviderConfig, path: &Path) -> Result<Prov, String> {
-    let p = Provider::load(path).map_err(|e| e.to_string())?;
-    p.initialize_for_framework()
-        .map_err(|rv| format!("C_Initialize failed: {}", describe(rv)))?;
+fn load_one(pc: &ProviderConfig, path: &Path, lib_dir: &Path) -> Result<Prov, String> {
+    let p = if links_softtoken(path, lib_dir) {
+        let args = opencf_abi::InitArgs {
+            os_locking_ok: true,
+            no_os_threads: false,
+            framework: true,
+        };
+        let token = <opencf_softtoken_core::SoftToken as opencf_abi::Backend>::initialize(&args)
+            .map_err(|rv| format!("C_Initialize failed: {}", describe(rv)))?;
+        Provider::linked(path, Box::new(token))
+    } else {
+        let p = Provider::load(path).map_err(|e| e.to_string())?;
+        p.initialize_for_framework()
+            .map_err(|rv| format!("C_Initialize failed: {}", describe(rv)))?;
+        p
+    };
     probe(pc.clone(), p).map_err(|rv| format!("cannot list its slots: {}", describe(rv)))
+}
+
+/// Turns off [`links_softtoken`]: `OPENCF_SOFTTOKEN_LINKED=0` (or `off`, `false`) loads the
+/// software token's module file like any other provider.
+pub const ENV_SOFTTOKEN_LINKED: &str = "OPENCF_SOFTTOKEN_LINKED";
+
+/// Whether the provider at `path` is the software token installed beside `libopencf.so` (the
+/// same file, by device and inode, as `lib_dir/libopencf_softtoken.so`): that module is built
+/// from the same code as the copy linked into `libopencf.so`, which then serves it without the
+/// C ABI in between (docs/METASLOT.md, "The software token linked in"). Any other module, a
+/// softtoken elsewhere included, is loaded with `dlopen`.
+fn links_softtoken(path: &Path, lib_dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if matches!(
+        std::env::var(ENV_SOFTTOKEN_LINKED).as_deref(),
+        Ok("0" | "off" | "false")
+    ) {
+        return false;
+    }
+    let beside = lib_dir.join(opencf_config::SOFTTOKEN_MODULE);
+    match (std::fs::metadata(path), std::fs::metadata(beside)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 /// Finalizes every provider (errors ignored: there is nothing left to do about them).

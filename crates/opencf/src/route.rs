@@ -1,7 +1,9 @@
 //! Routing of metaslot operations: candidate providers, key clones, binding an operation to
 //! the first provider whose init succeeds, and failover on recoverable errors.
 
-use crate::metaslot::{Bound, Cands, MetaSession, Op, OpKind, KINDS, LATENCY_SAMPLE, OP_KINDS};
+use crate::metaslot::{
+    Bound, Cands, Kept, MetaSession, Op, OpKind, KINDS, LATENCY_SAMPLE, OP_KINDS,
+};
 use crate::providers::Provider;
 use crate::OpenCf;
 use opencf_abi::sys::*;
@@ -395,6 +397,15 @@ impl OpenCf {
         }
     }
 
+    /// The candidates of mechanism `mt` for `kind` (empty when the metaslot does not offer it).
+    fn cands(&self, mt: CK_MECHANISM_TYPE, kind: OpKind) -> CkResult<&[usize]> {
+        Ok(self
+            .meta()?
+            .routes
+            .get(&mt)
+            .map_or(&[][..], |r| &r[kind as usize].cands[..]))
+    }
+
     /// Binds `op` to the first candidate from `start` on whose init succeeds. With `len`
     /// known, a candidate whose `min_bytes` threshold is above it is passed over (unless it
     /// is the last).
@@ -406,27 +417,38 @@ impl OpenCf {
         start: usize,
         len: Option<usize>,
     ) -> CkResult<()> {
-        let mech = std::mem::replace(&mut op.mech, Mechanism::new(0));
-        let r = self.bind_with(ms, kind, op, (&mech).into(), start, len);
-        op.mech = mech;
-        r
+        let cands = self.cands(op.mech, kind)?;
+        let kept = op.kept.take();
+        let bare = Mechanism::new(op.mech);
+        let (mech, extra) = match &kept {
+            Some(k) => (&k.mech, &k.extra[..]),
+            None => (&bare, &[][..]),
+        };
+        let r = self.bind_with(ms, kind, op.key, cands, mech.into(), extra, start, len);
+        op.kept = kept;
+        op.bound = Some(r?);
+        Ok(())
     }
 
-    /// [`OpenCf::bind`] with the mechanism given apart from `op` (whose `mech` is not read).
+    /// Where an operation on key `key` (if any) with mechanism `mech` and extra init data
+    /// `extra` runs: the first of `cands` from `start` on whose init succeeds (see
+    /// [`OpenCf::bind`]).
+    #[allow(clippy::too_many_arguments)]
     fn bind_with(
         &self,
         ms: &mut MetaSession,
         kind: OpKind,
-        op: &mut Op,
+        key: Option<CK_OBJECT_HANDLE>,
+        cands: &[usize],
         mech: MechRef<'_>,
+        extra: &[u8],
         start: usize,
         len: Option<usize>,
-    ) -> CkResult<()> {
+    ) -> CkResult<Bound> {
         let mut last = CKR_MECHANISM_INVALID;
         let mt = mech.mechanism();
-        for i in start..op.cands.len() {
-            let prov = op.cands[i];
-            if len.is_some_and(|len| !self.takes_len(&op.cands, i, mt, len)) {
+        for (i, &prov) in cands.iter().enumerate().skip(start) {
+            if len.is_some_and(|len| !self.takes_len(cands, i, mt, len)) {
                 continue;
             }
             let h = match self.session_in(ms, prov) {
@@ -439,7 +461,7 @@ impl OpenCf {
                 }
                 Err(e) => return Err(e),
             };
-            let pkey = match op.key {
+            let pkey = match key {
                 None => 0,
                 Some(k) => match self.key_in(ms, prov, k) {
                     Ok(Some(pk)) => pk,
@@ -451,19 +473,18 @@ impl OpenCf {
                     Err(e) => return Err(e),
                 },
             };
-            match self.init_on(kind, self.p(prov), h, mech, pkey, &op.extra) {
+            match self.init_on(kind, self.p(prov), h, mech, pkey, extra) {
                 Ok(()) => {
-                    let counters = self.providers[prov].stats.map(|s| s.mech_in(mt, &ms.shard));
-                    op.bound = Some(Bound {
+                    let counters = self.providers[prov].stats.map(|s| ms.counters(prov, mt, s));
+                    return Ok(Bound {
                         idx: i,
                         prov,
                         h,
                         counters,
                     });
-                    return Ok(());
                 }
                 Err(e) if recoverable(e) => {
-                    self.left(prov, mt, e, i + 1 < op.cands.len());
+                    self.left(prov, mt, e, i + 1 < cands.len());
                     last = e;
                 }
                 Err(e) => return Err(e),
@@ -508,36 +529,42 @@ impl OpenCf {
             Some(r) if !r[kind as usize].cands.is_empty() => &r[kind as usize],
             _ => return Err(CKR_MECHANISM_INVALID),
         };
+        let cands = &route.cands[..];
+        if !route.defer && cands.len() == 1 {
+            // Nothing to keep: the caller's mechanism goes to the provider as it came.
+            let b = self.bind_with(&mut ms, kind, key, cands, mech, extra, 0, None)?;
+            ms.ops[kind as usize] = Some(Op {
+                mech: mt,
+                key,
+                bound: Some(b),
+                bytes: 0,
+                eager: false,
+                kept: None,
+            });
+            return Ok(());
+        }
         let mut op = Op {
-            // The parameter is parsed and kept only when another candidate may have to run
-            // the operation (binding deferred, or failover); otherwise the caller's mechanism
-            // goes to the provider as it came.
-            mech: Mechanism::new(mt),
+            mech: mt,
             key,
-            cands: route.cands.clone(),
             bound: None,
-            extra: extra.to_vec(),
             bytes: 0,
             eager: false,
+            kept: None,
         };
         // A later candidate may have to run the operation: keep the parameter.
-        let keep = route.defer || op.cands.len() > 1;
-        if keep {
-            op.mech = mech.to_mechanism()?;
-        }
+        op.kept = Some(Box::new(Kept {
+            mech: mech.to_mechanism()?,
+            extra: extra.to_vec(),
+        }));
         if !route.defer {
-            if keep {
-                self.bind(&mut ms, kind, &mut op, 0, None)?;
-            } else {
-                self.bind_with(&mut ms, kind, &mut op, mech, 0, None)?;
-            }
+            self.bind(&mut ms, kind, &mut op, 0, None)?;
         } else {
             // A threshold applies, but binding now costs nothing when the candidate for the
             // smallest input can cancel the operation (`C_SessionCancel`, 3.0) should a larger
             // input belong to an earlier candidate: errors then come from the init, as without
             // a threshold, and small operations take the direct path.
-            let small = self.first_for_len(&op.cands, mt, 0);
-            if self.p(op.cands[small]).has_v3() {
+            let small = self.first_for_len(cands, mt, 0);
+            if self.p(cands[small]).has_v3() {
                 self.bind(&mut ms, kind, &mut op, small, Some(0))?;
                 op.eager = true;
             } else if let Some(k) = key {
@@ -573,7 +600,7 @@ impl OpenCf {
                 .as_mut()
                 .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
             if let (true, Some(b)) = (op.eager, op.bound) {
-                let want = self.first_for_len(&op.cands, op.mech.mechanism, len);
+                let want = self.first_for_len(self.cands(op.mech, kind)?, op.mech, len);
                 // The input reaches an earlier candidate's threshold: move the operation
                 // (if the provider cannot cancel, it runs where it is).
                 if want < b.idx && self.p(b.prov).session_cancel(b.h, kind.flag()).is_ok() {
@@ -600,8 +627,8 @@ impl OpenCf {
                 Ok(()) if query => return r,
                 Err(CKR_BUFFER_TOO_SMALL) => return r,
                 // The next candidate re-runs the whole operation.
-                Err(e) if recoverable(e) && b.idx + 1 < op.cands.len() => {
-                    self.left(b.prov, op.mech.mechanism, e, true);
+                Err(e) if recoverable(e) && b.idx + 1 < self.cands(op.mech, kind)?.len() => {
+                    self.left(b.prov, op.mech, e, true);
                     op.bound = None;
                     start = b.idx + 1;
                     failed = Some(e);

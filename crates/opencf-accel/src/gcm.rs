@@ -64,7 +64,7 @@ const PIECE: usize = 1 << 30;
 /// The largest plaintext GCM allows: `2^32 − 2` blocks (SP 800-38D, 5.2.1.1).
 pub const MAX_DATA: u64 = ((1 << 32) - 2) * 16;
 
-fn ossl(_: openssl::error::ErrorStack) -> CK_RV {
+pub(crate) fn ossl(_: openssl::error::ErrorStack) -> CK_RV {
     CKR_FUNCTION_FAILED
 }
 
@@ -101,17 +101,27 @@ impl Drop for GcmKey {
     }
 }
 
+/// OpenSSL's AES ciphers in `modes` for a key of 16, 24 or 32 bytes (`CKR_KEY_SIZE_RANGE`
+/// otherwise), fetched once per key object (a legacy `EVP_CIPHER` is looked up again at every
+/// init).
+pub(crate) fn aes_ciphers<const N: usize>(key: &[u8], modes: [&str; N]) -> CkResult<[Cipher; N]> {
+    let bits = match key.len() {
+        16 => 128,
+        24 => 192,
+        32 => 256,
+        _ => return Err(CKR_KEY_SIZE_RANGE),
+    };
+    let mut out = Vec::with_capacity(N);
+    for mode in modes {
+        out.push(Cipher::fetch(None, &format!("AES-{bits}-{mode}"), None).map_err(ossl)?);
+    }
+    out.try_into().map_err(|_| CKR_GENERAL_ERROR)
+}
+
 impl GcmKey {
     /// The GCM form of an AES key of 16, 24 or 32 bytes.
     pub fn new(key: &[u8]) -> CkResult<GcmKey> {
-        let bits = match key.len() {
-            16 => 128,
-            24 => 192,
-            32 => 256,
-            _ => return Err(CKR_KEY_SIZE_RANGE),
-        };
-        let fetch = |mode| Cipher::fetch(None, &format!("AES-{bits}-{mode}"), None).map_err(ossl);
-        let (gcm, ecb) = (fetch("GCM")?, fetch("ECB")?);
+        let [gcm, ecb] = aes_ciphers(key, ["GCM", "ECB"])?;
         let mut k = GcmKey {
             key: Zeroizing::new(key.to_vec()),
             gcm,
@@ -205,7 +215,7 @@ fn feed_aad(c: &mut CipherCtx, aad: &[u8]) -> CkResult<()> {
 }
 
 /// Runs `input` through `c` into `out` (the same length), in pieces OpenSSL takes.
-fn stream(c: &mut CipherCtx, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+pub(crate) fn stream(c: &mut CipherCtx, input: &[u8], out: &mut [u8]) -> CkResult<()> {
     for (i, o) in input.chunks(PIECE).zip(out.chunks_mut(PIECE)) {
         if c.cipher_update(i, Some(o)).map_err(ossl)? != i.len() {
             return Err(CKR_FUNCTION_FAILED);
@@ -241,7 +251,7 @@ fn aad_tag(k: &GcmKey, z: u128, data: &[u8]) -> CkResult<u128> {
 
 /// Bytes per piece when `n` bytes are cut into about `pieces` pieces: a multiple of 16, at
 /// least 16 (`n` or more: one piece).
-fn piece_size(n: usize, pieces: usize) -> usize {
+pub(crate) fn piece_size(n: usize, pieces: usize) -> usize {
     let pieces = pieces.clamp(1, n.div_ceil(16).max(1));
     n.div_ceil(pieces).next_multiple_of(16).max(16)
 }
@@ -264,7 +274,7 @@ type Piece<'a> = (&'a [u8], &'a mut [u8]);
 /// starts late (or never, on a busy machine) leaves its share to the others instead of
 /// holding the caller up. A piece that panics answers `CKR_DEVICE_ERROR` (the framework then
 /// uses the next provider).
-fn in_pieces<T: Send>(
+pub(crate) fn in_pieces<T: Send>(
     bulk: &Bulk,
     helpers: usize,
     size: usize,

@@ -1,15 +1,15 @@
 //! The OpenCF accelerator provider, `libopencf_accel.so`: RSA private-key operations for
 //! 2048-, 3072- and 4096-bit keys on a multi-buffer AVX-512 IFMA engine, and single large
-//! AES-GCM operations split across cores, behind the framework's metaslot. See
-//! docs/ACCEL.md.
+//! AES-GCM, AES-CTR and AES-ECB operations split across cores, behind the framework's
+//! metaslot. See docs/ACCEL.md.
 //!
 //! * one slot (0), token "OpenCF Accelerator", no login needed (`C_Login` is accepted and
 //!   ignored, see [`Accel::login`]); session objects only;
 //! * [`engine`]: the lane engines; [`rsa`]: a key's engine form and the raw private
 //!   operation; [`ct`]: constant-time scalar arithmetic around the engine; [`sched`]: the
 //!   worker threads and batching; [`mech`]: mechanisms and padding; [`objects`]: session
-//!   objects; [`gcm`]: the bulk AES-GCM engine, on [`gf128`] arithmetic; [`fault`]: the
-//!   test-only fault switch.
+//!   objects; [`gcm`]: the bulk engine and its AES-GCM, on [`gf128`] arithmetic; [`blocks`]:
+//!   AES-CTR and AES-ECB on the bulk engine; [`fault`]: the test-only fault switch.
 //!
 //! The crate denies `unsafe` code; the one exception is the call into the IFMA engine after
 //! the CPU check (`engine::run`), and the items `pkcs11_module!` generates.
@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod blocks;
 pub mod ct;
 pub mod engine;
 pub mod fault;
@@ -27,6 +28,7 @@ pub mod objects;
 pub mod rsa;
 pub mod sched;
 
+use blocks::{BulkOp, CtrOp, EcbOp};
 use fault::Fault;
 use gcm::{Bulk, GcmOp};
 use mech::{DecryptOp, SignOp};
@@ -48,10 +50,10 @@ pub const LABEL: &str = "OpenCF Accelerator";
 /// The one slot.
 pub const SLOT: CK_SLOT_ID = 0;
 
-/// An active decryption: RSA, or AES-GCM.
+/// An active decryption: RSA, or one on the bulk engine.
 enum Decrypt {
     Rsa(DecryptOp),
-    Gcm(GcmOp),
+    Bulk(BulkOp),
 }
 
 #[derive(Default)]
@@ -59,14 +61,14 @@ struct Session {
     flags: CK_FLAGS,
     find: Option<Vec<CK_OBJECT_HANDLE>>,
     sign: Option<SignOp>,
-    encrypt: Option<GcmOp>,
+    encrypt: Option<BulkOp>,
     decrypt: Option<Decrypt>,
 }
 
 type Shared<T> = RwLock<HashMap<u64, Arc<T>>>;
 
-/// An AES-GCM operation taken out of its session for one step.
-type Taken = (Arc<Mutex<Session>>, GcmOp);
+/// An operation of the bulk engine taken out of its session for one step.
+type Taken = (Arc<Mutex<Session>>, BulkOp);
 
 /// The provider.
 pub struct Accel {
@@ -161,10 +163,10 @@ impl Accel {
         o.rsa()
     }
 
-    /// A `CKM_AES_GCM` operation with AES key `h` (`CKR_MECHANISM_INVALID` without the bulk
-    /// engine).
-    fn gcm_op(&self, m: &Mechanism, h: CK_OBJECT_HANDLE, encrypt: bool) -> CkResult<GcmOp> {
-        if self.bulk.is_none() || m.mechanism != CKM_AES_GCM {
+    /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`
+    /// (`CKR_MECHANISM_INVALID` without the bulk engine).
+    fn bulk_op(&self, m: &Mechanism, h: CK_OBJECT_HANDLE, encrypt: bool) -> CkResult<BulkOp> {
+        if self.bulk.is_none() || !mech::BULK_MECHS.contains(&m.mechanism) {
             return Err(CKR_MECHANISM_INVALID);
         }
         let usage = if encrypt { CKA_ENCRYPT } else { CKA_DECRYPT };
@@ -172,22 +174,26 @@ impl Accel {
         if o.class != CKO_SECRET_KEY || o.key_type != CKK_AES {
             return Err(CKR_KEY_TYPE_INCONSISTENT);
         }
-        GcmOp::new(m, o.gcm()?, encrypt)
+        match m.mechanism {
+            CKM_AES_GCM => GcmOp::new(m, o.gcm()?, encrypt).map(BulkOp::Gcm),
+            CKM_AES_CTR => CtrOp::new(m, o.aes()?, encrypt).map(BulkOp::Ctr),
+            _ => EcbOp::new(m, o.aes()?, encrypt).map(BulkOp::Ecb),
+        }
     }
 
-    /// Runs one step `f` of the AES-GCM operation `op` taken from session `sess`, with the
+    /// Runs one step `f` of the bulk operation `op` taken from session `sess`, with the
     /// PKCS#11 rules: a size query or `CKR_BUFFER_TOO_SMALL` keeps the operation, as does a
     /// successful step that does not `finish` it; anything else ends it. A single-part step
     /// (`one_shot`) obeys the fault switch first (`busy`: `CKR_DEVICE_MEMORY`,
     /// `engine-error`: `CKR_DEVICE_ERROR`, both recoverable for the framework).
-    fn gcm_step(
+    fn bulk_step(
         &self,
         sess: &Mutex<Session>,
-        mut op: GcmOp,
+        mut op: BulkOp,
         finishes: bool,
         one_shot: bool,
         out: &mut OutBuf,
-        f: impl FnOnce(&mut GcmOp, &Bulk, &mut OutBuf) -> CkResult<()>,
+        f: impl FnOnce(&mut BulkOp, &Bulk, &mut OutBuf) -> CkResult<()>,
     ) -> CkResult<()> {
         let bulk = self.bulk.as_ref().ok_or(CKR_FUNCTION_FAILED)?;
         let r = match fault::current() {
@@ -204,24 +210,24 @@ impl Accel {
             if op.encrypts() {
                 st.encrypt = Some(op);
             } else {
-                st.decrypt = Some(Decrypt::Gcm(op));
+                st.decrypt = Some(Decrypt::Bulk(op));
             }
         }
         r
     }
 
-    /// `C_EncryptUpdate` / `C_DecryptUpdate` on an AES-GCM operation taken out of its session.
-    fn gcm_update(&self, taken: CkResult<Taken>, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    /// `C_EncryptUpdate` / `C_DecryptUpdate` on a bulk operation taken out of its session.
+    fn bulk_update(&self, taken: CkResult<Taken>, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let (sess, op) = taken?;
-        self.gcm_step(&sess, op, false, false, out, |op, _, out| {
-            op.update(data, out)
+        self.bulk_step(&sess, op, false, false, out, |op, bulk, out| {
+            op.update(bulk, data, out)
         })
     }
 
-    /// `C_EncryptFinal` / `C_DecryptFinal` on an AES-GCM operation taken out of its session.
-    fn gcm_final(&self, taken: CkResult<Taken>, out: &mut OutBuf) -> CkResult<()> {
+    /// `C_EncryptFinal` / `C_DecryptFinal` on a bulk operation taken out of its session.
+    fn bulk_final(&self, taken: CkResult<Taken>, out: &mut OutBuf) -> CkResult<()> {
         let (sess, op) = taken?;
-        self.gcm_step(&sess, op, true, false, out, |op, bulk, out| {
+        self.bulk_step(&sess, op, true, false, out, |op, bulk, out| {
             op.finalize(bulk, out)
         })
     }
@@ -244,11 +250,11 @@ impl Accel {
         self.take(s, |st| &mut st.encrypt)
     }
 
-    /// The active AES-GCM decryption of session `s`, taken out of it; an RSA decryption
+    /// The active bulk decryption of session `s`, taken out of it; an RSA decryption
     /// ends with `CKR_FUNCTION_NOT_SUPPORTED` (it has no multi-part form).
-    fn take_gcm_decrypt(&self, s: CK_SESSION_HANDLE) -> CkResult<Taken> {
+    fn take_bulk_decrypt(&self, s: CK_SESSION_HANDLE) -> CkResult<Taken> {
         match self.take(s, |st| &mut st.decrypt)? {
-            (sess, Decrypt::Gcm(op)) => Ok((sess, op)),
+            (sess, Decrypt::Bulk(op)) => Ok((sess, op)),
             (_, Decrypt::Rsa(_)) => Err(CKR_FUNCTION_NOT_SUPPORTED),
         }
     }
@@ -573,22 +579,22 @@ impl Backend for Accel {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.start(s, |st| &mut st.encrypt, || self.gcm_op(m, key, true))
+        self.start(s, |st| &mut st.encrypt, || self.bulk_op(m, key, true))
     }
 
     fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let (sess, op) = self.take_encrypt(s)?;
-        self.gcm_step(&sess, op, true, true, out, |op, bulk, out| {
+        self.bulk_step(&sess, op, true, true, out, |op, bulk, out| {
             op.one_shot(bulk, data, out)
         })
     }
 
     fn encrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        self.gcm_update(self.take_encrypt(s), data, out)
+        self.bulk_update(self.take_encrypt(s), data, out)
     }
 
     fn encrypt_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
-        self.gcm_final(self.take_encrypt(s), out)
+        self.bulk_final(self.take_encrypt(s), out)
     }
 
     fn decrypt_init(
@@ -601,7 +607,9 @@ impl Backend for Accel {
             s,
             |st| &mut st.decrypt,
             || match m.mechanism {
-                CKM_AES_GCM => self.gcm_op(m, key, false).map(Decrypt::Gcm),
+                CKM_AES_GCM | CKM_AES_CTR | CKM_AES_ECB => {
+                    self.bulk_op(m, key, false).map(Decrypt::Bulk)
+                }
                 _ => DecryptOp::new(m, self.rsa_key(key, CKA_DECRYPT, m.mechanism)?)
                     .map(Decrypt::Rsa),
             },
@@ -611,8 +619,8 @@ impl Backend for Accel {
     fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let (sess, op) = self.take(s, |st| &mut st.decrypt)?;
         let op = match op {
-            Decrypt::Gcm(op) => {
-                return self.gcm_step(&sess, op, true, true, out, |op, bulk, out| {
+            Decrypt::Bulk(op) => {
+                return self.bulk_step(&sess, op, true, true, out, |op, bulk, out| {
                     op.one_shot(bulk, data, out)
                 })
             }
@@ -635,11 +643,11 @@ impl Backend for Accel {
     }
 
     fn decrypt_update(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        self.gcm_update(self.take_gcm_decrypt(s), data, out)
+        self.bulk_update(self.take_bulk_decrypt(s), data, out)
     }
 
     fn decrypt_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
-        self.gcm_final(self.take_gcm_decrypt(s), out)
+        self.bulk_final(self.take_bulk_decrypt(s), out)
     }
 
     fn sign_init(

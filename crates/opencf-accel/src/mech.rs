@@ -1,5 +1,5 @@
 //! Mechanisms: the list, and the RSA sign and decrypt operations around the engine
-//! (`CKM_AES_GCM` is in [`crate::gcm`]).
+//! (`CKM_AES_GCM` is in [`crate::gcm`], `CKM_AES_CTR` and `CKM_AES_ECB` in [`crate::blocks`]).
 //!
 //! Padding is OpenSSL's own code, run on the key's *identity* form ([`RsaKey::identity`]:
 //! the same modulus and primes with every exponent 1, so that OpenSSL's "private operation"
@@ -43,12 +43,15 @@ const RSA_MECHS: [(CK_MECHANISM_TYPE, CK_FLAGS); 11] = [
 const UNWRAP_MECHS: [CK_MECHANISM_TYPE; 3] =
     [CKM_AES_KEY_WRAP, CKM_AES_KEY_WRAP_KWP, CKM_AES_KEY_WRAP_PAD];
 
-/// The mechanism list: the RSA mechanisms only when an engine serves them, `CKM_AES_GCM`
-/// only with the bulk engine.
+/// Mechanisms of the bulk engine (encryption and decryption with AES keys).
+pub const BULK_MECHS: [CK_MECHANISM_TYPE; 3] = [CKM_AES_GCM, CKM_AES_CTR, CKM_AES_ECB];
+
+/// The mechanism list: the RSA mechanisms only when an engine serves them, `CKM_AES_GCM`,
+/// `CKM_AES_CTR` and `CKM_AES_ECB` only with the bulk engine.
 pub fn list(engine: bool, bulk: bool) -> Vec<CK_MECHANISM_TYPE> {
     let rsa = RSA_MECHS.iter().filter(|_| engine).map(|m| m.0);
-    let gcm = [CKM_AES_GCM].into_iter().filter(|_| bulk);
-    rsa.chain(gcm).chain(UNWRAP_MECHS).collect()
+    let aes = BULK_MECHS.into_iter().filter(|_| bulk);
+    rsa.chain(aes).chain(UNWRAP_MECHS).collect()
 }
 
 /// `C_GetMechanismInfo`.
@@ -63,7 +66,7 @@ pub fn info(engine: bool, bulk: bool, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHA
     if UNWRAP_MECHS.contains(&m) {
         return aes(CKF_UNWRAP);
     }
-    if m == CKM_AES_GCM && bulk {
+    if BULK_MECHS.contains(&m) && bulk {
         return aes(CKF_ENCRYPT | CKF_DECRYPT);
     }
     match RSA_MECHS.iter().find(|x| x.0 == m) {
@@ -110,7 +113,8 @@ fn mgf_md(mgf: CK_RSA_PKCS_MGF_TYPE) -> Option<&'static MdRef> {
     md_of(*MGF1.get(i)?)
 }
 
-fn no_param(m: &Mechanism) -> CkResult<()> {
+/// No parameter, or an empty one (`CKR_MECHANISM_PARAM_INVALID` otherwise).
+pub(crate) fn no_param(m: &Mechanism) -> CkResult<()> {
     match &m.param {
         MechParam::None => Ok(()),
         MechParam::Bytes(b) if b.is_empty() => Ok(()),

@@ -5,9 +5,10 @@
 //! `CKR_ATTRIBUTE_VALUE_INVALID`); secret values (`CKA_VALUE` of a secret key, the private
 //! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
 //! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
-//! false unless the template sets them. The engine form of an RSA key and the GCM form of an
-//! AES key are built on first use and kept with the object.
+//! false unless the template sets them. The engine form of an RSA key and the GCM, CTR and ECB forms
+//! of an AES key are built on first use and kept with the object.
 
+use crate::blocks::AesKey;
 use crate::gcm::GcmKey;
 use crate::rsa::{RsaKey, RsaParts};
 use opencf_abi::sys::*;
@@ -68,6 +69,7 @@ pub struct Object {
     secret: Secret,
     rsa: OnceLock<CkResult<Arc<RsaKey>>>,
     gcm: OnceLock<CkResult<Arc<GcmKey>>>,
+    aes: OnceLock<CkResult<Arc<AesKey>>>,
 }
 
 /// The secret material of an object.
@@ -260,6 +262,7 @@ impl Object {
             secret,
             rsa: OnceLock::new(),
             gcm: OnceLock::new(),
+            aes: OnceLock::new(),
         })
     }
 
@@ -315,6 +318,16 @@ impl Object {
         };
         self.gcm
             .get_or_init(|| GcmKey::new(v).map(Arc::new))
+            .clone()
+    }
+
+    /// The CTR and ECB form of an AES key ([`AesKey`]), built on first use.
+    pub fn aes(&self) -> CkResult<Arc<AesKey>> {
+        let Secret::Aes(v) = &self.secret else {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        };
+        self.aes
+            .get_or_init(|| AesKey::new(v).map(Arc::new))
             .clone()
     }
 

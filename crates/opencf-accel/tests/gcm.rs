@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::data::{aes_key, below, force_parts, pick, random};
 use common::{module, start};
 use cryptoki::error::{Error, RvError};
 use cryptoki::mechanism::aead::GcmParams;
@@ -24,21 +25,6 @@ use openssl::cipher::{Cipher, CipherRef};
 use openssl::cipher_ctx::CipherCtx;
 
 const TAG_BITS: [u64; 7] = [32, 64, 96, 104, 112, 120, 128];
-
-fn random(n: usize) -> Vec<u8> {
-    let mut b = vec![0u8; n];
-    openssl::rand::rand_bytes(&mut b).unwrap();
-    b
-}
-
-fn below(n: usize) -> usize {
-    let b = random(8);
-    (u64::from_le_bytes(b.try_into().unwrap()) % n as u64) as usize
-}
-
-fn pick<T: Copy>(xs: &[T]) -> T {
-    xs[below(xs.len())]
-}
 
 /// Whether the provider offers `CKM_AES_GCM` here; prints why not.
 fn bulk_here() -> bool {
@@ -57,26 +43,6 @@ fn bulk_here() -> bool {
         eprintln!("SKIP: no bulk engine here (one core, or OPENCF_ACCEL_DISABLE=bulk)");
     }
     listed
-}
-
-/// Sets `OPENCF_ACCEL_BULK_PARTS` (`None`: the provider chooses).
-fn force_parts(parts: Option<usize>) {
-    match parts {
-        Some(p) => std::env::set_var("OPENCF_ACCEL_BULK_PARTS", p.to_string()),
-        None => std::env::remove_var("OPENCF_ACCEL_BULK_PARTS"),
-    }
-}
-
-fn aes_key(s: &Session, key: &[u8]) -> ObjectHandle {
-    s.create_object(&[
-        Attribute::Class(ObjectClass::SECRET_KEY),
-        Attribute::KeyType(KeyType::AES),
-        Attribute::Token(false),
-        Attribute::Encrypt(true),
-        Attribute::Decrypt(true),
-        Attribute::Value(key.to_vec()),
-    ])
-    .expect("C_CreateObject (AES key)")
 }
 
 fn gcm_cipher(key: &[u8]) -> &'static CipherRef {
@@ -437,7 +403,7 @@ fn bad_input_gets_error_codes() {
         "IV over 64 KiB"
     );
     assert_eq!(
-        err(s.encrypt_init(&Mechanism::AesEcb, k)),
+        err(s.encrypt_init(&Mechanism::AesCbc([0; 16]), k)),
         RvError::MechanismInvalid
     );
     // Ciphertext shorter than the tag.

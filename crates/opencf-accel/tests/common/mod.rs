@@ -1,6 +1,8 @@
 //! Shared by the C-ABI tests: the built `libopencf_accel.so`, loaded and initialized once per
 //! test process, and sessions on its slot.
 
+pub mod data;
+
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::session::Session;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,427 @@
+//! AES-CTR and AES-ECB on the bulk engine: one large operation cut into pieces that run on
+//! several cores, each piece by OpenSSL's own AES-CTR or AES-ECB (no AES here).
+//!
+//! * **CTR.** Byte `p` of the stream is encrypted with the counter block `cb + ⌊p/16⌋` (the
+//!   caller's `CK_AES_CTR_PARAMS.cb`) at offset `p mod 16` of its keystream block. A piece
+//!   that starts at byte `p` runs in a fresh OpenSSL AES-CTR context whose IV is that
+//!   counter block, after `p mod 16` bytes of keystream are thrown away; pieces are whole
+//!   blocks long, so within one call they all share that offset. The counter is the low
+//!   `ulCounterBits` bits of the block; as in the software token, a call that would need more
+//!   blocks than are left before those bits wrap answers `CKR_DATA_LEN_RANGE`
+//!   (`CKR_ENCRYPTED_DATA_LEN_RANGE` when decrypting) and nothing is processed. So the low
+//!   bits never wrap inside an operation, `cb + k` never carries out of them, and the
+//!   128-bit addition here is the counter OpenSSL steps to (it carries through all 128 bits).
+//! * **ECB.** Blocks are independent: pieces of whole blocks. Single-part input must be a
+//!   multiple of 16 bytes; multi-part calls keep the remainder (less than a block) for the
+//!   next call and `C_*Final` refuses a remainder, with the software token's codes.
+//!
+//! The pieces, threads and admission are the bulk engine's ([`crate::gcm::Bulk`]): below
+//! 256 KiB an operation is one OpenSSL call in the caller's thread. Every call, multi-part
+//! ones included, is split by its own length (a large `C_EncryptUpdate` runs on several
+//! cores too). Answers for lengths, parameters and calls out of order follow the software
+//! token's (`crates/opencf-softtoken/src/mech/sym.rs`), so that an application sees the same
+//! whichever provider runs the operation.
+
+use crate::gcm::{aes_ciphers, in_pieces, ossl, piece_size, stream, Bulk, GcmOp};
+use crate::mech::no_param;
+use opencf_abi::sys::*;
+use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
+use openssl::cipher::Cipher;
+use openssl::cipher_ctx::CipherCtx;
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// An AES key with its CTR and ECB ciphers, built once per key object.
+pub struct AesKey {
+    key: Zeroizing<Vec<u8>>,
+    ctr: Cipher,
+    ecb: Cipher,
+}
+
+impl AesKey {
+    /// The form of an AES key of 16, 24 or 32 bytes (`CKR_KEY_SIZE_RANGE` otherwise).
+    pub fn new(key: &[u8]) -> CkResult<AesKey> {
+        let [ctr, ecb] = aes_ciphers(key, ["CTR", "ECB"])?;
+        Ok(AesKey {
+            key: Zeroizing::new(key.to_vec()),
+            ctr,
+            ecb,
+        })
+    }
+}
+
+/// The length error of a direction, as the software token answers it.
+fn len_err(encrypt: bool) -> CK_RV {
+    if encrypt {
+        CKR_DATA_LEN_RANGE
+    } else {
+        CKR_ENCRYPTED_DATA_LEN_RANGE
+    }
+}
+
+/// Runs `f(offset, input piece, output piece)` over `input` and `out` (the same length), cut
+/// into pieces of whole blocks as the bulk engine admits `input.len()` bytes: one piece runs
+/// in the caller's thread, more run on the pool.
+fn split(
+    bulk: &Bulk,
+    input: &[u8],
+    out: &mut [u8],
+    f: impl Fn(usize, &[u8], &mut [u8]) -> CkResult<()> + Sync,
+) -> CkResult<()> {
+    let n = input.len();
+    let t = bulk.admit(n);
+    let size = piece_size(n, t.pieces);
+    if size >= n {
+        return f(0, input, out);
+    }
+    in_pieces(bulk, t.threads - 1, size, input, out, |j, i, o| {
+        f(j * size, i, o)
+    })?;
+    Ok(())
+}
+
+// ----- CTR -----------------------------------------------------------------------------------
+
+/// The counter block and the bytes that may be processed before the counter wraps within its
+/// `ulCounterBits` bits (the software token's rule: `ulCounterBits` of 1 to 128, else
+/// `CKR_MECHANISM_PARAM_INVALID`; `CKR_MECHANISM_PARAM_INVALID` for a missing or short
+/// parameter comes from the ABI layer).
+fn ctr_params(m: &Mechanism) -> CkResult<(u128, u128)> {
+    let MechParam::AesCtr { counter_bits, cb } = &m.param else {
+        return Err(CKR_MECHANISM_PARAM_INVALID);
+    };
+    let bits = *counter_bits;
+    if !(1..=128).contains(&bits) {
+        return Err(CKR_MECHANISM_PARAM_INVALID);
+    }
+    let value = u128::from_be_bytes(*cb);
+    let blocks = if bits == 128 {
+        (u128::MAX - value).saturating_add(1)
+    } else {
+        let mask = (1u128 << bits) - 1;
+        (1u128 << bits) - (value & mask)
+    };
+    Ok((value, blocks.saturating_mul(16)))
+}
+
+/// OpenSSL's AES-CTR of one piece: keystream from counter block `counter`, the first `skip`
+/// bytes of it (less than a block) thrown away.
+fn ctr_piece(k: &AesKey, counter: u128, skip: usize, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+    if input.is_empty() {
+        return Ok(());
+    }
+    let mut c = CipherCtx::new().map_err(ossl)?;
+    c.encrypt_init(Some(&k.ctr), Some(&k.key), Some(&counter.to_be_bytes()))
+        .map_err(ossl)?;
+    if skip > 0 {
+        let mut waste = Zeroizing::new([0u8; 16]);
+        c.cipher_update(&[0u8; 16][..skip], Some(&mut waste[..skip]))
+            .map_err(ossl)?;
+    }
+    stream(&mut c, input, out)
+}
+
+/// An active `C_Encrypt*` or `C_Decrypt*` operation with `CKM_AES_CTR` (both directions are
+/// the same keystream).
+pub struct CtrOp {
+    key: Arc<AesKey>,
+    encrypt: bool,
+    /// The caller's counter block.
+    cb: u128,
+    /// Bytes processed so far.
+    done: u128,
+    /// Bytes that may still be processed before the counter would wrap.
+    left: u128,
+}
+
+impl CtrOp {
+    /// `C_EncryptInit` / `C_DecryptInit`.
+    pub fn new(m: &Mechanism, key: Arc<AesKey>, encrypt: bool) -> CkResult<CtrOp> {
+        let (cb, left) = ctr_params(m)?;
+        Ok(CtrOp {
+            key,
+            encrypt,
+            cb,
+            done: 0,
+            left,
+        })
+    }
+
+    /// `C_EncryptUpdate` / `C_DecryptUpdate`, and `C_Encrypt` / `C_Decrypt` (the software
+    /// token runs a single-part call as one more update, also after updates).
+    pub fn update(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let n = input.len() as u128;
+        if n > self.left {
+            return Err(len_err(self.encrypt));
+        }
+        let Some(buf) = out.reserve(input.len())? else {
+            return Ok(());
+        };
+        let (k, start, skip) = (&*self.key, self.done / 16, (self.done % 16) as usize);
+        split(bulk, input, buf, |at, i, o| {
+            let counter = self.cb.wrapping_add(start + (at / 16) as u128);
+            ctr_piece(k, counter, skip, i, o)
+        })?;
+        self.done += n;
+        self.left -= n;
+        Ok(())
+    }
+}
+
+// ----- ECB -----------------------------------------------------------------------------------
+
+/// OpenSSL's AES-ECB of whole blocks (the last through a scratch block: the `openssl` crate
+/// wants a block of room beyond the input).
+fn ecb_piece(k: &AesKey, encrypt: bool, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+    let n = input.len();
+    if n == 0 {
+        return Ok(());
+    }
+    if !n.is_multiple_of(16) || out.len() != n {
+        return Err(CKR_GENERAL_ERROR);
+    }
+    let mut c = CipherCtx::new().map_err(ossl)?;
+    if encrypt {
+        c.encrypt_init(Some(&k.ecb), Some(&k.key), None)
+    } else {
+        c.decrypt_init(Some(&k.ecb), Some(&k.key), None)
+    }
+    .map_err(ossl)?;
+    c.set_padding(false);
+    let head = n - 16;
+    let mut at = 0;
+    while at < head {
+        // OpenSSL's lengths are `int`: at most 1 GiB per call.
+        let end = head.min(at + (1 << 30));
+        if c.cipher_update(&input[at..end], Some(&mut out[at..]))
+            .map_err(ossl)?
+            != end - at
+        {
+            return Err(CKR_FUNCTION_FAILED);
+        }
+        at = end;
+    }
+    let mut last = Zeroizing::new([0u8; 32]);
+    if c.cipher_update(&input[head..], Some(&mut last[..]))
+        .map_err(ossl)?
+        != 16
+    {
+        return Err(CKR_FUNCTION_FAILED);
+    }
+    out[head..].copy_from_slice(&last[..16]);
+    Ok(())
+}
+
+/// An active `C_Encrypt*` or `C_Decrypt*` operation with `CKM_AES_ECB`.
+pub struct EcbOp {
+    key: Arc<AesKey>,
+    encrypt: bool,
+    /// Input not yet processed (less than a block).
+    partial: Zeroizing<Vec<u8>>,
+    started: bool,
+}
+
+impl EcbOp {
+    /// `C_EncryptInit` / `C_DecryptInit`: no parameter (`CKR_MECHANISM_PARAM_INVALID`).
+    pub fn new(m: &Mechanism, key: Arc<AesKey>, encrypt: bool) -> CkResult<EcbOp> {
+        no_param(m)?;
+        Ok(EcbOp {
+            key,
+            encrypt,
+            partial: Zeroizing::new(Vec::with_capacity(16)),
+            started: false,
+        })
+    }
+
+    /// The blocks of `input` on the bulk engine.
+    fn blocks(&self, bulk: &Bulk, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+        let (k, e) = (&*self.key, self.encrypt);
+        split(bulk, input, out, |_, i, o| ecb_piece(k, e, i, o))
+    }
+
+    /// `C_Encrypt` / `C_Decrypt`: a multiple of 16 bytes, not after an update.
+    pub fn one_shot(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        if self.started {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        if !input.len().is_multiple_of(16) {
+            return Err(len_err(self.encrypt));
+        }
+        match out.reserve(input.len())? {
+            Some(buf) => self.blocks(bulk, input, buf),
+            None => Ok(()),
+        }
+    }
+
+    /// `C_EncryptUpdate` / `C_DecryptUpdate`: every whole block so far; the rest is kept.
+    pub fn update(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        let have = self.partial.len();
+        let avail = have.checked_add(input.len()).ok_or(len_err(self.encrypt))?;
+        let total = avail - avail % 16;
+        let Some(buf) = out.reserve(total)? else {
+            return Ok(());
+        };
+        self.started = true;
+        if total == 0 {
+            self.partial.extend_from_slice(input);
+            return Ok(());
+        }
+        let mut rest = input;
+        let mut o = 0;
+        if have > 0 {
+            let mut first = Zeroizing::new([0u8; 16]);
+            first[..have].copy_from_slice(&self.partial);
+            first[have..].copy_from_slice(&rest[..16 - have]);
+            ecb_piece(&self.key, self.encrypt, &first[..], &mut buf[..16])?;
+            rest = &rest[16 - have..];
+            self.partial.clear();
+            o = 16;
+        }
+        let whole = total - o;
+        self.blocks(bulk, &rest[..whole], &mut buf[o..])?;
+        self.partial.extend_from_slice(&rest[whole..]);
+        Ok(())
+    }
+
+    /// `C_EncryptFinal` / `C_DecryptFinal`: nothing more, and no remainder.
+    pub fn finalize(&mut self, out: &mut OutBuf) -> CkResult<()> {
+        if !self.partial.is_empty() {
+            return Err(len_err(self.encrypt));
+        }
+        out.reserve(0)?;
+        Ok(())
+    }
+}
+
+// ----- The operations of the bulk engine -----------------------------------------------------
+
+/// An active `C_Encrypt*` or `C_Decrypt*` operation on the bulk engine.
+pub enum BulkOp {
+    /// `CKM_AES_GCM`.
+    Gcm(GcmOp),
+    /// `CKM_AES_CTR`.
+    Ctr(CtrOp),
+    /// `CKM_AES_ECB`.
+    Ecb(EcbOp),
+}
+
+impl BulkOp {
+    /// Whether this is an encryption.
+    pub fn encrypts(&self) -> bool {
+        match self {
+            BulkOp::Gcm(op) => op.encrypts(),
+            BulkOp::Ctr(op) => op.encrypt,
+            BulkOp::Ecb(op) => op.encrypt,
+        }
+    }
+
+    /// `C_Encrypt` / `C_Decrypt`.
+    pub fn one_shot(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        match self {
+            BulkOp::Gcm(op) => op.one_shot(bulk, input, out),
+            BulkOp::Ctr(op) => op.update(bulk, input, out),
+            BulkOp::Ecb(op) => op.one_shot(bulk, input, out),
+        }
+    }
+
+    /// `C_EncryptUpdate` / `C_DecryptUpdate`.
+    pub fn update(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        match self {
+            BulkOp::Gcm(op) => op.update(input, out),
+            BulkOp::Ctr(op) => op.update(bulk, input, out),
+            BulkOp::Ecb(op) => op.update(bulk, input, out),
+        }
+    }
+
+    /// `C_EncryptFinal` / `C_DecryptFinal`.
+    pub fn finalize(&mut self, bulk: &Bulk, out: &mut OutBuf) -> CkResult<()> {
+        match self {
+            BulkOp::Gcm(op) => op.finalize(bulk, out),
+            BulkOp::Ctr(_) => out.reserve(0).map(|_| ()),
+            BulkOp::Ecb(op) => op.finalize(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Arc<AesKey> {
+        Arc::new(AesKey::new(&[7u8; 16]).unwrap())
+    }
+
+    fn ctr(cb: [u8; 16]) -> Mechanism {
+        Mechanism {
+            mechanism: CKM_AES_CTR,
+            param: MechParam::AesCtr {
+                counter_bits: 128,
+                cb,
+            },
+        }
+    }
+
+    /// OpenSSL's AES-CTR of `data` from counter block `cb`.
+    fn reference(cb: &[u8; 16], data: &[u8]) -> Vec<u8> {
+        let mut c = openssl::symm::Crypter::new(
+            openssl::symm::Cipher::aes_128_ctr(),
+            openssl::symm::Mode::Encrypt,
+            &[7u8; 16],
+            Some(cb),
+        )
+        .unwrap();
+        let mut out = vec![0u8; data.len() + 16];
+        let n = c.update(data, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    /// A single-part call after updates: AES-CTR goes on with the stream (as the software
+    /// token does), AES-ECB refuses it.
+    #[test]
+    fn one_shot_after_update() {
+        let bulk = Bulk::default();
+        let cb = [0xab; 16];
+        let data: Vec<u8> = (0..100u8).collect();
+        let mut op = BulkOp::Ctr(CtrOp::new(&ctr(cb), key(), true).unwrap());
+        let mut got = vec![0u8; 100];
+        let (a, b) = got.split_at_mut(37);
+        op.update(&bulk, &data[..37], &mut OutBuf::new(Some(a)))
+            .unwrap();
+        op.one_shot(&bulk, &data[37..], &mut OutBuf::new(Some(b)))
+            .unwrap();
+        assert_eq!(got, reference(&cb, &data));
+
+        let ecb = Mechanism {
+            mechanism: CKM_AES_ECB,
+            param: MechParam::None,
+        };
+        let mut op = BulkOp::Ecb(EcbOp::new(&ecb, key(), true).unwrap());
+        let mut out = [0u8; 32];
+        op.update(&bulk, &[1; 5], &mut OutBuf::new(Some(&mut out)))
+            .unwrap();
+        let r = op.one_shot(&bulk, &[1; 16], &mut OutBuf::new(Some(&mut out)));
+        assert_eq!(r, Err(CKR_OPERATION_ACTIVE));
+    }
+
+    /// A size query and a short buffer change nothing: the next call gets the same bytes.
+    #[test]
+    fn queries_keep_the_state() {
+        let bulk = Bulk::default();
+        let cb = [0xff; 16];
+        let mut op = CtrOp::new(&ctr(cb), key(), false).unwrap();
+        let mut q = OutBuf::new(None);
+        op.update(&bulk, &[0; 10], &mut q).unwrap();
+        assert_eq!(q.len(), 10);
+        let mut small = [0u8; 9];
+        let r = op.update(&bulk, &[0; 10], &mut OutBuf::new(Some(&mut small)));
+        assert_eq!(r, Err(CKR_BUFFER_TOO_SMALL));
+        let mut out = [0u8; 10];
+        op.update(&bulk, &[0; 10], &mut OutBuf::new(Some(&mut out)))
+            .unwrap();
+        assert_eq!(out.to_vec(), reference(&cb, &[0; 10]));
+        // 6 bytes are left before the 128-bit counter wraps.
+        let r = op.update(&bulk, &[0; 7], &mut OutBuf::new(None));
+        assert_eq!(r, Err(CKR_ENCRYPTED_DATA_LEN_RANGE));
+    }
+}

@@ -47,6 +47,14 @@ pub const ACCEL_MODULE: &str = "libopencf_accel.so";
 /// runs faster than the softtoken, measured with `cfspeed --break-even` (docs/PERFORMANCE.md,
 /// "Bulk AES-GCM through the accelerator provider"); smaller ones go to the softtoken.
 pub const ACCEL_GCM_MIN_BYTES: u64 = 256 * 1024;
+/// `min_bytes` of `CKM_AES_CTR` on the accelerator provider in the built-in default: the
+/// smallest single-part AES-CTR operation its bulk engine runs faster than the softtoken,
+/// measured with `cfspeed --break-even` (docs/ACCEL.md, "AES-CTR and AES-ECB"); smaller ones
+/// go to the softtoken.
+pub const ACCEL_CTR_MIN_BYTES: u64 = 256 * 1024;
+/// `min_bytes` of `CKM_AES_ECB` on the accelerator provider in the built-in default, measured
+/// as [`ACCEL_CTR_MIN_BYTES`] is.
+pub const ACCEL_ECB_MIN_BYTES: u64 = 256 * 1024;
 /// Module file name of the softtoken provider.
 pub const SOFTTOKEN_MODULE: &str = "libopencf_softtoken.so";
 /// System-wide configuration file.
@@ -284,18 +292,25 @@ pub fn user_config_path() -> Option<PathBuf> {
 }
 
 /// Built-in default with modules looked up in `lib_dir`: "accel" (only if
-/// `libopencf_accel.so` exists there; AES-GCM below [`ACCEL_GCM_MIN_BYTES`] passes it over),
-/// then "softtoken".
+/// `libopencf_accel.so` exists there; AES-GCM below [`ACCEL_GCM_MIN_BYTES`], AES-CTR below
+/// [`ACCEL_CTR_MIN_BYTES`] and AES-ECB below [`ACCEL_ECB_MIN_BYTES`] pass it over), then
+/// "softtoken".
 pub fn default_config_in(lib_dir: &Path) -> Config {
     let mut providers = Vec::new();
     if lib_dir.join(ACCEL_MODULE).exists() {
         let mut accel = ProviderConfig::new("accel", ACCEL_MODULE);
-        accel.policy.insert(
-            opencf_abi::sys::CKM_AES_GCM,
-            MechPolicy {
-                min_bytes: Some(ACCEL_GCM_MIN_BYTES),
-            },
-        );
+        for (mech, min) in [
+            (opencf_abi::sys::CKM_AES_GCM, ACCEL_GCM_MIN_BYTES),
+            (opencf_abi::sys::CKM_AES_CTR, ACCEL_CTR_MIN_BYTES),
+            (opencf_abi::sys::CKM_AES_ECB, ACCEL_ECB_MIN_BYTES),
+        ] {
+            accel.policy.insert(
+                mech,
+                MechPolicy {
+                    min_bytes: Some(min),
+                },
+            );
+        }
         providers.push(accel);
     }
     providers.push(ProviderConfig::new("softtoken", SOFTTOKEN_MODULE));

@@ -608,6 +608,16 @@ pub trait Backend: Send + Sync + 'static {
     /// Checks a session handle for `C_GetFunctionStatus`/`C_CancelFunction`, which then answer
     /// `CKR_FUNCTION_NOT_PARALLEL`.
     fn check_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()>;
+    /// `C_GetFunctionStatus`: `CKR_FUNCTION_NOT_PARALLEL` for a valid session.
+    fn get_function_status(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        self.check_session(s)?;
+        Err(CKR_FUNCTION_NOT_PARALLEL)
+    }
+    /// `C_CancelFunction`: `CKR_FUNCTION_NOT_PARALLEL` for a valid session.
+    fn cancel_function(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
+        self.check_session(s)?;
+        Err(CKR_FUNCTION_NOT_PARALLEL)
+    }
 }
 
 /// A [`Backend`] is called through `dyn Backend` by a framework that links it in

@@ -1495,18 +1495,12 @@ pub extern "C" fn C_GenerateRandom<B: Backend>(
 
 /// `C_GetFunctionStatus`: `CKR_FUNCTION_NOT_PARALLEL` for a valid session.
 pub extern "C" fn C_GetFunctionStatus<B: Backend>(session: CK_SESSION_HANDLE) -> CK_RV {
-    call::<B>(|b| {
-        b.check_session(session)?;
-        Err(CKR_FUNCTION_NOT_PARALLEL)
-    })
+    call::<B>(|b| b.get_function_status(session))
 }
 
 /// `C_CancelFunction`: `CKR_FUNCTION_NOT_PARALLEL` for a valid session.
 pub extern "C" fn C_CancelFunction<B: Backend>(session: CK_SESSION_HANDLE) -> CK_RV {
-    call::<B>(|b| {
-        b.check_session(session)?;
-        Err(CKR_FUNCTION_NOT_PARALLEL)
-    })
+    call::<B>(|b| b.cancel_function(session))
 }
 
 /// `C_WaitForSlotEvent`.

@@ -414,11 +414,6 @@ impl Provider {
         }
     }
 
-    /// Whether the backend is linked in ([`Provider::linked`]) rather than a loaded module.
-    pub fn is_linked(&self) -> bool {
-        self.linked.is_some()
-    }
-
     /// Finds the module's best function table (see [`Provider::load`]).
     fn function_table(lib: &Library, path: &Path) -> Result<CK_FUNCTION_LIST_3_2, LoadError> {
         let bad = |reason: String| LoadError::BadFunctionList {
@@ -1300,30 +1295,9 @@ session_fns! {
     message_decrypt_final => C_MessageDecryptFinal;
     /// `C_VerifySignatureFinal` (3.2).
     verify_signature_final => C_VerifySignatureFinal;
-}
-
-/// The legacy parallel-function calls: modules answer `CKR_FUNCTION_NOT_PARALLEL` for a valid
-/// session, as a linked backend's module would.
-macro_rules! legacy_fns {
-    ($($(#[$doc:meta])* $name:ident => $c:ident;)*) => {
-        impl Provider {
-            $(
-                $(#[$doc])*
-                pub fn $name(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
-                    linked!(self, |b| b.check_session(s).and(Err(CKR_FUNCTION_NOT_PARALLEL)));
-                    let f = func!(self.$c);
-                    // SAFETY: a function of the loaded module.
-                    check(unsafe { f(s) })
-                }
-            )*
-        }
-    };
-}
-
-legacy_fns! {
-    /// `C_GetFunctionStatus`.
+    /// `C_GetFunctionStatus` (legacy: modules answer `CKR_FUNCTION_NOT_PARALLEL`).
     get_function_status => C_GetFunctionStatus;
-    /// `C_CancelFunction`.
+    /// `C_CancelFunction` (legacy: modules answer `CKR_FUNCTION_NOT_PARALLEL`).
     cancel_function => C_CancelFunction;
 }
 

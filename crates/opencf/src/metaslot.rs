@@ -125,6 +125,24 @@ pub struct Op {
     pub kept: Option<Box<Kept>>,
 }
 
+impl Op {
+    /// An operation not yet bound, keeping `kept` for a later binding.
+    pub fn new(
+        mech: CK_MECHANISM_TYPE,
+        key: Option<CK_OBJECT_HANDLE>,
+        kept: Option<Box<Kept>>,
+    ) -> Op {
+        Op {
+            mech,
+            key,
+            bound: None,
+            bytes: 0,
+            eager: false,
+            kept,
+        }
+    }
+}
+
 /// The init arguments of an [`Op`] that a later binding repeats.
 #[derive(Debug)]
 pub struct Kept {

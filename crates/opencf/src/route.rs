@@ -534,28 +534,17 @@ impl OpenCf {
             // Nothing to keep: the caller's mechanism goes to the provider as it came.
             let b = self.bind_with(&mut ms, kind, key, cands, mech, extra, 0, None)?;
             ms.ops[kind as usize] = Some(Op {
-                mech: mt,
-                key,
                 bound: Some(b),
-                bytes: 0,
-                eager: false,
-                kept: None,
+                ..Op::new(mt, key, None)
             });
             return Ok(());
         }
-        let mut op = Op {
-            mech: mt,
-            key,
-            bound: None,
-            bytes: 0,
-            eager: false,
-            kept: None,
-        };
         // A later candidate may have to run the operation: keep the parameter.
-        op.kept = Some(Box::new(Kept {
+        let kept = Kept {
             mech: mech.to_mechanism()?,
             extra: extra.to_vec(),
-        }));
+        };
+        let mut op = Op::new(mt, key, Some(Box::new(kept)));
         if !route.defer {
             self.bind(&mut ms, kind, &mut op, 0, None)?;
         } else {

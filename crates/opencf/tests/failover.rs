@@ -6,7 +6,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, release};
+use common::{framework_lib, fresh_dir, hex, release};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
@@ -192,10 +192,6 @@ fn make_keys(s: &Session) -> Keys {
         ec_pub,
         ec_priv,
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// One round of mixed operations; every call must succeed and give correct results.

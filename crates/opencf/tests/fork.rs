@@ -5,7 +5,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
 
 mod common;
-use common::{framework_lib, root};
+use common::{framework_lib, provider, root};
 
 use std::path::Path;
 use std::process::Command;
@@ -34,11 +34,8 @@ fn pkcs11_tool_test_fork() {
     let conf = dir.join("opencf.toml");
     std::fs::write(
         &conf,
-        format!(
-            "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n\n\
-             [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-            softtoken.display()
-        ),
+        "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n".to_string()
+            + &provider("softtoken", &softtoken),
     )
     .unwrap();
     let out = Command::new("pkcs11-tool")

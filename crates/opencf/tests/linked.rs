@@ -9,7 +9,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, release};
+use common::{framework_lib, fresh_dir, hex, provider, release};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::mechanism::aead::GcmParams;
@@ -82,10 +82,6 @@ fn linked_child() {
     p.finalize().unwrap();
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Runs [`linked_child`] over `conf` and `keystore` with `linked` as
 /// `OPENCF_SOFTTOKEN_LINKED` (unset for `None`); returns (module mapped, ciphertext).
 fn child(
@@ -132,14 +128,7 @@ fn softtoken_beside_the_framework_runs_linked_and_the_module_file_otherwise() {
     let beside = lib_dir.join("libopencf_softtoken.so");
     assert!(beside.exists(), "{} missing", beside.display());
     let conf = dir.join("opencf.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "[[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-            beside.display()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&conf, provider("softtoken", &beside)).unwrap();
 
     // Linked: the module file is never mapped; the token key is made here.
     let (mapped, ct_linked) = child(&conf, &keystore, None);
@@ -164,14 +153,7 @@ fn softtoken_beside_the_framework_runs_linked_and_the_module_file_otherwise() {
     let copy = other.join("libopencf_softtoken.so");
     std::fs::copy(release("libopencf_softtoken.so"), &copy).unwrap();
     let conf2 = dir.join("opencf-copy.toml");
-    std::fs::write(
-        &conf2,
-        format!(
-            "[[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-            copy.display()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&conf2, provider("softtoken", &copy)).unwrap();
     let (mapped, ct_copy) = child(&conf2, &keystore, None);
     assert!(
         mapped,

@@ -7,7 +7,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, release};
+use common::{framework_lib, fresh_dir, provider, release};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use std::collections::BTreeMap;
@@ -72,13 +72,6 @@ fn slots_in_child_with(mut cmd: Command, keystore: &Path) -> BTreeMap<u64, Strin
         .collect();
     assert!(!map.is_empty(), "child listed no slots:\n{stdout}");
     map
-}
-
-fn provider(name: &str, module: &Path) -> String {
-    format!(
-        "\n[[provider]]\nname = \"{name}\"\nmodule = \"{}\"\n",
-        module.display()
-    )
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf -p cryptoadm`.
 
 mod common;
-use common::{framework_lib, fresh_dir, release};
+use common::{framework_lib, fresh_dir, provider, release};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::mechanism::aead::GcmParams;
@@ -102,10 +102,7 @@ fn cryptoadm_stat_counts_the_operations_of_another_process() {
     let conf = dir.join("opencf.toml");
     std::fs::write(
         &conf,
-        format!(
-            "[[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-            release("libopencf_softtoken.so").display()
-        ),
+        provider("softtoken", &release("libopencf_softtoken.so")),
     )
     .unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())

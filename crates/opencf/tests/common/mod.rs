@@ -50,3 +50,16 @@ pub fn fresh_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// A `[[provider]]` entry of a configuration file.
+pub fn provider(name: &str, module: &Path) -> String {
+    format!(
+        "\n[[provider]]\nname = \"{name}\"\nmodule = \"{}\"\n",
+        module.display()
+    )
+}
+
+/// Lower-case hex of `b`.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

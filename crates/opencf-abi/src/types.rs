@@ -161,6 +161,28 @@ pub fn gcm_tag_len(tag_bits: CK_ULONG) -> CkResult<usize> {
     }
 }
 
+/// The initial counter block of a `CKM_AES_CTR` mechanism and how many bytes may be processed
+/// before the counter wraps within its `ulCounterBits` low bits (saturating at `u128::MAX`).
+/// `ulCounterBits` must be 1 to 128 and the parameter a `CK_AES_CTR_PARAMS`, else
+/// `CKR_MECHANISM_PARAM_INVALID`.
+pub fn aes_ctr_params(m: &Mechanism) -> CkResult<(&[u8; 16], u128)> {
+    let MechParam::AesCtr { counter_bits, cb } = &m.param else {
+        return Err(CKR_MECHANISM_PARAM_INVALID);
+    };
+    let bits = *counter_bits;
+    if !(1..=128).contains(&bits) {
+        return Err(CKR_MECHANISM_PARAM_INVALID);
+    }
+    let value = u128::from_be_bytes(*cb);
+    let blocks = if bits == 128 {
+        (u128::MAX - value).saturating_add(1)
+    } else {
+        let mask = (1u128 << bits) - 1;
+        (1u128 << bits) - (value & mask)
+    };
+    Ok((cb, blocks.saturating_mul(16)))
+}
+
 /// A mechanism with its parameter already parsed from the caller's `CK_MECHANISM`.
 #[derive(Clone, Debug)]
 pub struct Mechanism {

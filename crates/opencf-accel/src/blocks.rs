@@ -25,7 +25,7 @@
 use crate::gcm::{aes_ciphers, in_pieces, ossl, piece_size, stream, Bulk, GcmOp};
 use crate::mech::no_param;
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
+use opencf_abi::{CkResult, Mechanism, OutBuf};
 use openssl::cipher::Cipher;
 use openssl::cipher_ctx::CipherCtx;
 use std::sync::Arc;
@@ -82,28 +82,6 @@ fn split(
 
 // ----- CTR -----------------------------------------------------------------------------------
 
-/// The counter block and the bytes that may be processed before the counter wraps within its
-/// `ulCounterBits` bits (the software token's rule: `ulCounterBits` of 1 to 128, else
-/// `CKR_MECHANISM_PARAM_INVALID`; `CKR_MECHANISM_PARAM_INVALID` for a missing or short
-/// parameter comes from the ABI layer).
-fn ctr_params(m: &Mechanism) -> CkResult<(u128, u128)> {
-    let MechParam::AesCtr { counter_bits, cb } = &m.param else {
-        return Err(CKR_MECHANISM_PARAM_INVALID);
-    };
-    let bits = *counter_bits;
-    if !(1..=128).contains(&bits) {
-        return Err(CKR_MECHANISM_PARAM_INVALID);
-    }
-    let value = u128::from_be_bytes(*cb);
-    let blocks = if bits == 128 {
-        (u128::MAX - value).saturating_add(1)
-    } else {
-        let mask = (1u128 << bits) - 1;
-        (1u128 << bits) - (value & mask)
-    };
-    Ok((value, blocks.saturating_mul(16)))
-}
-
 /// OpenSSL's AES-CTR of one piece: keystream from counter block `counter`, the first `skip`
 /// bytes of it (less than a block) thrown away.
 fn ctr_piece(k: &AesKey, counter: u128, skip: usize, input: &[u8], out: &mut [u8]) -> CkResult<()> {
@@ -137,11 +115,13 @@ pub struct CtrOp {
 impl CtrOp {
     /// `C_EncryptInit` / `C_DecryptInit`.
     pub fn new(m: &Mechanism, key: Arc<AesKey>, encrypt: bool) -> CkResult<CtrOp> {
-        let (cb, left) = ctr_params(m)?;
+        // The software token's rule for `ulCounterBits` and the wrap; a missing or short
+        // parameter is refused by the ABI layer.
+        let (cb, left) = opencf_abi::aes_ctr_params(m)?;
         Ok(CtrOp {
             key,
             encrypt,
-            cb,
+            cb: u128::from_be_bytes(*cb),
             done: 0,
             left,
         })
@@ -346,6 +326,7 @@ impl BulkOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opencf_abi::MechParam;
 
     fn key() -> Arc<AesKey> {
         Arc::new(AesKey::new(&[7u8; 16]).unwrap())

@@ -553,28 +553,10 @@ struct CtrOp {
     left: u128,
 }
 
-fn ctr_params(mech: &Mechanism) -> CkResult<(&[u8; 16], u128)> {
-    let MechParam::AesCtr { counter_bits, cb } = &mech.param else {
-        return Err(CKR_MECHANISM_PARAM_INVALID);
-    };
-    let bits = *counter_bits;
-    if !(1..=128).contains(&bits) {
-        return Err(CKR_MECHANISM_PARAM_INVALID);
-    }
-    let value = u128::from_be_bytes(*cb);
-    let blocks = if bits == 128 {
-        (u128::MAX - value).saturating_add(1)
-    } else {
-        let mask = (1u128 << bits) - 1;
-        (1u128 << bits) - (value & mask)
-    };
-    Ok((cb, blocks.saturating_mul(16)))
-}
-
 impl CtrOp {
     fn new(mech: &Mechanism, key: Key, encrypt: bool) -> CkResult<Self> {
         let kv = aes_key(&key)?;
-        let (cb, left) = ctr_params(mech)?;
+        let (cb, left) = opencf_abi::aes_ctr_params(mech)?;
         let ctx = new_ctx(cipher(Alg::AesCtr, kv.len())?, kv, Some(cb), encrypt)?;
         Ok(CtrOp { ctx, encrypt, left })
     }
@@ -606,7 +588,7 @@ impl CipherOp for CtrOp {
         if mech.mechanism != CKM_AES_CTR {
             return Err(CKR_FUNCTION_NOT_SUPPORTED);
         }
-        let (cb, left) = ctr_params(mech)?;
+        let (cb, left) = opencf_abi::aes_ctr_params(mech)?;
         init_ctx(&mut self.ctx, None, None, Some(cb), self.encrypt)?;
         self.left = left;
         Ok(())

@@ -8,7 +8,8 @@
                                     handshake timeout (SECONDS), not before, not much later
   robust.py idle  PORT N CAFILE PID [CMD…]
                                     opens N TLS connections through the proxy (to an echo
-                                    service), holds them idle, prints the proxy's RSS, checks
+                                    service), holds them idle, prints the proxy's RSS (PID and
+                                    its worker processes, summed), checks
                                     that a new connection and CMD (a request elsewhere) work
                                     meanwhile, that every one still echoes, and that a new
                                     connection works after they are closed
@@ -134,12 +135,44 @@ def stall(port, seconds):
     return not data and seconds - 0.5 <= took <= seconds + 3
 
 
+def procs(pid):
+    """PID and its child processes (the workers of a supervisor)."""
+    out = [pid]
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def one_rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
+    """VmRSS of PID and its workers, summed."""
+    return sum(one_rss_kib(p) for p in procs(pid))
+
+
+def per_process(pid):
+    """`PID: RSS KiB, descriptors` for the supervisor and each worker."""
+    parts = []
+    for p in procs(pid):
+        try:
+            fds = len(os.listdir(f"/proc/{p}/fd"))
+        except OSError:
+            fds = -1
+        parts.append(f"{p}: {one_rss_kib(p)} KiB, {fds} fds")
+    return "; ".join(parts)
 
 
 async def echo_server(port):
@@ -212,7 +245,9 @@ async def idle(port, n, cafile, pid, during_cmd):
     await asyncio.sleep(2.0)
     during = rss_kib(pid)
     print(f"idle: {len(ok)}/{n} TLS connections open in {took:.1f}s; proxy RSS {before} KiB before, "
-          f"{during} KiB with them open ({(during - before) / max(1, len(ok)):.1f} KiB each)")
+          f"{during} KiB with them open ({(during - before) / max(1, len(ok)):.1f} KiB each; "
+          f"{len(procs(pid))} process(es), summed)")
+    print(f"idle: per process: {per_process(pid)}")
     for e in errs[:3]:
         print(f"  error: {e!r}")
     async def one_more(when):

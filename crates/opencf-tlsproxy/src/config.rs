@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! module = "/usr/lib/opencf/libopencf.so"   # optional
+//! workers = 2                  # optional: worker processes (default 1)
 //!
 //! [[instance]]
 //! address = "127.0.0.1"        # optional; all addresses when absent
@@ -35,8 +36,25 @@ pub struct Config {
     /// The PKCS#11 module; default `libopencf.so` beside the executable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<PathBuf>,
+    /// Worker processes (1..=[`MAX_WORKERS`]); default 1, a single process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
     #[serde(default, rename = "instance")]
     pub instances: Vec<Instance>,
+}
+
+/// The most worker processes a daemon may run.
+pub const MAX_WORKERS: usize = 64;
+
+/// Checks a worker count (the `workers` key or `--workers`).
+pub fn check_workers(n: usize) -> Result<usize> {
+    if (1..=MAX_WORKERS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "workers = {n}: must be between 1 and {MAX_WORKERS}"
+        ))
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -209,6 +227,9 @@ impl Config {
 
     pub fn parse(text: &str) -> Result<Config> {
         let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(n) = c.workers {
+            check_workers(n)?;
+        }
         let mut seen = std::collections::HashSet::new();
         for i in &c.instances {
             i.check()?;
@@ -280,5 +301,10 @@ mod tests {
                 .contains("cert_file")
         );
         assert!(Config::parse("bogus = 1").is_err());
+        assert_eq!(Config::parse("workers = 4").unwrap().workers, Some(4));
+        assert_eq!(Config::parse("").unwrap().workers, None);
+        for bad in ["workers = 0", "workers = 65"] {
+            assert!(Config::parse(bad).unwrap_err().contains("between 1 and 64"));
+        }
     }
 }

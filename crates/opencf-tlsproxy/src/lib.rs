@@ -6,8 +6,11 @@
 //!   between serving the handshake and handing the raw bytes to the fallback port.
 //! * [`token`]: the PKCS#11 module, tokens with a pool of logged-in sessions, and the rustls
 //!   signing keys implemented with `C_SignInit`/`C_Sign`.
-//! * [`tls`]: rustls server configurations, the session-ID cache and ticketer with a timeout.
+//! * [`tls`]: rustls server configurations and the session-ID cache with a timeout.
+//! * [`tickets`]: the session-ticket producer, whose keys derive from a secret shared by the
+//!   worker processes.
 //! * [`proxy`]: listeners, the per-connection state machine, reload.
+//! * [`workers`]: the supervisor of several worker processes (`workers = N`).
 //! * [`stats`]: the live counters (`cryptoadm stat`, component `tlsproxy`).
 //! * [`import`]: import of PEM and PKCS#12 keys into the token (used by `tlsproxycfg`).
 #![forbid(unsafe_code)]
@@ -17,9 +20,24 @@ pub mod config;
 pub mod import;
 pub mod proxy;
 pub mod stats;
+pub mod tickets;
 pub mod tls;
 pub mod token;
 pub mod uri;
+pub mod workers;
 
 /// Errors of this crate are plain messages; every layer adds its context.
 pub type Result<T> = std::result::Result<T, String>;
+
+static LOG_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The prefix of the daemon's messages: `opencf-tlsproxy`, or `opencf-tlsproxy[worker I]` in
+/// a worker process.
+pub fn log_name() -> &'static str {
+    LOG_NAME.get().map_or("opencf-tlsproxy", String::as_str)
+}
+
+/// Sets [`log_name`] (once, at the start of a worker process).
+pub fn set_log_name(name: String) {
+    let _ = LOG_NAME.set(name);
+}

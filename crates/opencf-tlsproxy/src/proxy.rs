@@ -8,13 +8,17 @@
 //!
 //! `SIGHUP` re-reads the file: changed instances get their new TLS state for new connections,
 //! new ones start listening, removed ones stop listening; established connections keep going.
+//!
+//! With `workers = N > 1` this runs in each worker process ([`crate::workers`]): listeners are
+//! bound with `SO_REUSEPORT`, so that the kernel spreads new connections over the workers.
 
 use crate::clienthello::{peek, Peek, MAX_HELLO};
 use crate::config::{Config, Instance};
 use crate::stats::{self, inc, Active};
+use crate::tickets::TicketSecret;
 use crate::tls::{Decision, InstanceTls, Resumption};
 use crate::token::{default_module, Module};
-use crate::Result;
+use crate::{log_name, Result};
 use rustls::server::Acceptor;
 use rustls::ServerConfig;
 use std::collections::HashMap;
@@ -26,7 +30,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, timeout_at, Instant};
@@ -54,16 +58,56 @@ pub struct Proxy {
     module: Arc<Module>,
     only: Option<String>,
     running: HashMap<(Option<String>, u16), Running>,
+    reuseport: bool,
+    secret: TicketSecret,
+}
+
+/// How a process runs the instances.
+pub struct Options<'a> {
+    /// The instance file, re-read on `SIGHUP`.
+    pub config: &'a Path,
+    /// Serve only the instance with this name.
+    pub only: Option<String>,
+    /// Listen with `SO_REUSEPORT` (a worker among several).
+    pub reuseport: bool,
+    /// What ticket keys derive from.
+    pub secret: TicketSecret,
+}
+
+/// Binds a listener; with `reuseport`, other processes of the same user may bind the same
+/// address and the kernel spreads connections over them.
+async fn listen(addr: &str, reuseport: bool) -> Result<TcpListener> {
+    let err = |e: io::Error| format!("listen on {addr}: {e}");
+    if !reuseport {
+        return TcpListener::bind(addr).await.map_err(err);
+    }
+    let sa = tokio::net::lookup_host(addr)
+        .await
+        .map_err(err)?
+        .next()
+        .ok_or_else(|| format!("listen on {addr}: no address"))?;
+    let sock = if sa.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(err)?;
+    sock.set_reuseaddr(true).map_err(err)?;
+    sock.set_reuseport(true).map_err(err)?;
+    sock.bind(sa).map_err(err)?;
+    sock.listen(1024).map_err(err)
 }
 
 impl Proxy {
     /// Opens the PKCS#11 module named by the file (or the default one).
-    pub fn new(cfg: &Config, only: Option<String>) -> Result<Proxy> {
+    pub fn new(cfg: &Config, opts: &Options) -> Result<Proxy> {
         let path = cfg.module.clone().unwrap_or_else(default_module);
         Ok(Proxy {
             module: Module::open(&path)?,
-            only,
+            only: opts.only.clone(),
             running: HashMap::new(),
+            reuseport: opts.reuseport,
+            secret: opts.secret.clone(),
         })
     }
 
@@ -82,7 +126,10 @@ impl Proxy {
     /// changed; on error nothing changes. Returns what was started, updated and stopped.
     pub async fn apply(&mut self, cfg: &Config) -> Result<(usize, usize, usize)> {
         if cfg.module.as_ref().is_some_and(|m| *m != self.module.path) {
-            eprintln!("opencf-tlsproxy: a new module path takes effect at restart only");
+            eprintln!(
+                "{}: a new module path takes effect at restart only",
+                log_name()
+            );
         }
         let wanted: Vec<&Instance> = cfg
             .instances
@@ -99,7 +146,7 @@ impl Proxy {
             let key = (inst.address.clone(), inst.port);
             let res = match self.running.get(&key) {
                 Some(r) if r.res.key == (inst.session_cache, inst.session_timeout) => r.res.clone(),
-                _ => Resumption::new(inst)?,
+                _ => Resumption::new(inst, &self.secret),
             };
             let module = self.module.clone();
             let i2 = inst.clone();
@@ -111,12 +158,7 @@ impl Proxy {
             let listener = if self.running.contains_key(&key) {
                 None
             } else {
-                let addr = inst.listen_addr();
-                Some(
-                    TcpListener::bind(&addr)
-                        .await
-                        .map_err(|e| format!("listen on {addr}: {e}"))?,
-                )
+                Some(listen(&inst.listen_addr(), self.reuseport).await?)
             };
             built.push((key, inst.clone(), tls, res, listener));
         }
@@ -134,7 +176,8 @@ impl Proxy {
                 }
                 Some(l) => {
                     eprintln!(
-                        "opencf-tlsproxy: instance {} listening on {} (clear text to 127.0.0.1:{})",
+                        "{}: instance {} listening on {} (clear text to 127.0.0.1:{})",
+                        log_name(),
                         state.inst.name(),
                         l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                         state.inst.proxy_port
@@ -170,7 +213,7 @@ async fn accept_loop(listener: TcpListener, rx: watch::Receiver<Arc<State>>) {
             }
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
-                eprintln!("opencf-tlsproxy: accept: {e}");
+                eprintln!("{}: accept: {e}", log_name());
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -394,36 +437,35 @@ impl Drop for PidFile {
     }
 }
 
-/// Runs the daemon until SIGTERM or SIGINT; SIGHUP reloads `config_path`.
-pub async fn run(config_path: &Path, only: Option<String>, pid_file: Option<&Path>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
-    let (mut hup, mut term, mut int) = (
-        sig(SignalKind::hangup())?,
-        sig(SignalKind::terminate())?,
-        sig(SignalKind::interrupt())?,
-    );
-    let cfg = Config::load(config_path)?;
-    let mut proxy = Proxy::new(&cfg, only)?;
+/// Runs the instances until SIGTERM or SIGINT; SIGHUP reloads the file. `ready` is called
+/// once every instance listens (it writes the pid file, or tells the supervisor).
+pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Result<()> {
+    let (mut hup, mut term, mut int) = stop_signals()?;
+    let path = opts.config;
+    let cfg = Config::load(path)?;
+    let mut proxy = Proxy::new(&cfg, &opts)?;
     proxy.apply(&cfg).await?;
     if proxy.running.is_empty() {
         eprintln!(
-            "opencf-tlsproxy: no instance in {}; waiting for SIGHUP",
-            config_path.display()
+            "{}: no instance in {}; waiting for SIGHUP",
+            log_name(),
+            path.display()
         );
     }
-    let _pid = pid_file.map(PidFile::create).transpose()?;
+    ready()?;
     loop {
         tokio::select! {
             _ = hup.recv() => {
-                match Config::load(config_path) {
-                    Ok(c) => match proxy.apply(&c).await {
-                        Ok((a, u, d)) => eprintln!(
-                            "opencf-tlsproxy: reloaded: {a} started, {u} updated, {d} stopped"
-                        ),
-                        Err(e) => eprintln!("opencf-tlsproxy: reload failed, nothing changed: {e}"),
-                    },
-                    Err(e) => eprintln!("opencf-tlsproxy: reload failed, nothing changed: {e}"),
+                let r = match Config::load(path) {
+                    Ok(c) => proxy.apply(&c).await,
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok((a, u, d)) => eprintln!(
+                        "{}: reloaded: {a} started, {u} updated, {d} stopped",
+                        log_name()
+                    ),
+                    Err(e) => eprintln!("{}: reload failed, nothing changed: {e}", log_name()),
                 }
             }
             _ = term.recv() => break,
@@ -431,4 +473,19 @@ pub async fn run(config_path: &Path, only: Option<String>, pid_file: Option<&Pat
         }
     }
     Ok(())
+}
+
+/// Handlers for SIGHUP, SIGTERM and SIGINT (installed before anything else starts).
+pub fn stop_signals() -> Result<(
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+)> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
+    Ok((
+        sig(SignalKind::hangup())?,
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::interrupt())?,
+    ))
 }

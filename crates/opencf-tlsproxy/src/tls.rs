@@ -1,22 +1,23 @@
 //! rustls server configurations of an instance (one per certificate: the default site and each
-//! SNI site), resumption state with the configured size and timeout, and the decision between
+//! SNI site), resumption state with the configured size and timeout (tickets: [`crate::tickets`]), and the decision between
 //! serving a ClientHello and handing it to the fallback port.
 
 use crate::clienthello::Hello;
 use crate::config::{Instance, UnknownSni};
+use crate::tickets::{TicketSecret, Tickets};
 use crate::token::{pin_for, KeyKind, Module, TokenKey};
 use crate::uri::Pkcs11Uri;
 use crate::Result;
 use rustls::crypto::ring as provider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
-use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
+use rustls::server::{ClientHello, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SignatureAlgorithm, SupportedCipherSuite, SupportedProtocolVersion};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Entries by session ID, with their insertion time, and the IDs in insertion order.
 type Entries = (HashMap<Vec<u8>, (Instant, Vec<u8>)>, VecDeque<Vec<u8>>);
@@ -95,70 +96,25 @@ impl StoresServerSessions for SessionCache {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// rustls's rotating ticketer, with the issue time sealed inside the ticket so that the
-/// configured session timeout applies to tickets too.
-#[derive(Debug)]
-pub struct TimedTicketer {
-    inner: Arc<dyn ProducesTickets>,
-    ttl: u32,
-}
-
-impl TimedTicketer {
-    pub fn new(ttl: u64) -> Result<Self> {
-        Ok(TimedTicketer {
-            inner: provider::Ticketer::new().map_err(|e| e.to_string())?,
-            ttl: ttl.min(u32::MAX as u64) as u32,
-        })
-    }
-}
-
-impl ProducesTickets for TimedTicketer {
-    fn enabled(&self) -> bool {
-        self.inner.enabled()
-    }
-    fn lifetime(&self) -> u32 {
-        self.ttl
-    }
-    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let mut p = unix_now().to_be_bytes().to_vec();
-        p.extend_from_slice(plain);
-        self.inner.encrypt(&p)
-    }
-    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        let p = self.inner.decrypt(cipher)?;
-        let issued = u64::from_be_bytes(p.get(..8)?.try_into().ok()?);
-        if unix_now().saturating_sub(issued) > self.ttl as u64 {
-            return None;
-        }
-        Some(p[8..].to_vec())
-    }
-}
-
 /// Resumption state of an instance, kept across configuration reloads.
 #[derive(Debug, Clone)]
 pub struct Resumption {
     pub cache: Arc<SessionCache>,
-    pub ticketer: Arc<TimedTicketer>,
+    pub ticketer: Arc<Tickets>,
     pub key: (usize, u64),
 }
 
 impl Resumption {
-    pub fn new(inst: &Instance) -> Result<Self> {
-        Ok(Resumption {
+    /// New state for `inst`; its ticket keys derive from `secret` (shared by the workers).
+    pub fn new(inst: &Instance, secret: &TicketSecret) -> Self {
+        Resumption {
             cache: Arc::new(SessionCache::new(
                 inst.session_cache,
                 Duration::from_secs(inst.session_timeout),
             )),
-            ticketer: Arc::new(TimedTicketer::new(inst.session_timeout)?),
+            ticketer: Arc::new(Tickets::new(secret, &inst.name(), inst.session_timeout)),
             key: (inst.session_cache, inst.session_timeout),
-        })
+        }
     }
 }
 
@@ -459,21 +415,5 @@ mod tests {
         z.put(vec![1], vec![1]);
         assert_eq!(z.get(&[1]), None);
         assert!(!SessionCache::new(0, Duration::from_secs(1)).can_cache());
-    }
-
-    #[test]
-    fn tickets_expire() {
-        let t = TimedTicketer::new(100).unwrap();
-        let c = t.encrypt(b"state").unwrap();
-        assert_eq!(t.decrypt(&c).as_deref(), Some(&b"state"[..]));
-        let old = TimedTicketer {
-            inner: t.inner.clone(),
-            ttl: 0,
-        };
-        let mut p = (unix_now() - 10).to_be_bytes().to_vec();
-        p.extend_from_slice(b"x");
-        let c = t.inner.encrypt(&p).unwrap();
-        assert_eq!(old.decrypt(&c), None);
-        assert!(t.decrypt(b"garbage").is_none());
     }
 }

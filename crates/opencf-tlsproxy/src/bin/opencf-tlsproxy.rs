@@ -2,11 +2,14 @@
 #![forbid(unsafe_code)]
 
 use clap::Parser;
-use opencf_tlsproxy::config::Config;
-use opencf_tlsproxy::proxy;
+use opencf_tlsproxy::config::{check_workers, Config};
+use opencf_tlsproxy::proxy::{self, Options, PidFile};
+use opencf_tlsproxy::tickets::TicketSecret;
 use opencf_tlsproxy::tls::{InstanceTls, Resumption};
 use opencf_tlsproxy::token::{default_module, Module};
-use std::path::PathBuf;
+use opencf_tlsproxy::workers::{self, SuperviseOptions};
+use opencf_tlsproxy::{log_name, Result};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// TLS termination proxy whose private keys stay in a PKCS#11 token.
@@ -26,49 +29,100 @@ struct Args {
     /// Check the file, keys and certificates, then exit.
     #[arg(long)]
     check: bool,
-    /// Worker threads (default: one per CPU).
+    /// Runtime threads per process (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
+    /// Worker processes, 1 to 64 (overrides `workers` in the file; default 1).
+    #[arg(long, value_parser = parse_workers)]
+    workers: Option<usize>,
+    /// Run as worker I of a supervisor (set by the supervisor itself).
+    #[arg(long = "worker-index", hide = true)]
+    worker_index: Option<usize>,
 }
 
-fn check(path: &std::path::Path) -> Result<(), String> {
+fn parse_workers(s: &str) -> std::result::Result<usize, String> {
+    let n = s
+        .parse::<usize>()
+        .map_err(|_| format!("{s:?} is not a number (1 to 64)"))?;
+    check_workers(n)
+}
+
+fn check(path: &Path) -> Result<()> {
     let cfg = Config::load(path)?;
     let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
+    let secret = TicketSecret::random()?;
     for i in &cfg.instances {
-        InstanceTls::build(&module, i, &Resumption::new(i)?)?;
+        InstanceTls::build(&module, i, &Resumption::new(i, &secret))?;
         println!("instance {}: ok", i.name());
     }
     Ok(())
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let path = args.config.clone().unwrap_or_else(Config::default_path);
-    if args.check {
-        return match check(&path) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("opencf-tlsproxy: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
+fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
-    if let Some(n) = args.threads {
+    if let Some(n) = threads {
         rt.worker_threads(n.max(1));
     }
-    let rt = match rt.build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("opencf-tlsproxy: runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    rt.build().map_err(|e| format!("runtime: {e}"))
+}
+
+fn daemon(args: Args) -> Result<()> {
+    let path = args.config.clone().unwrap_or_else(Config::default_path);
+    if let Some(i) = args.worker_index {
+        let secret = workers::worker_init(i)?;
+        let opts = Options {
+            config: &path,
+            only: args.instance,
+            reuseport: true,
+            secret,
+        };
+        return runtime(args.threads)?.block_on(proxy::run(opts, workers::worker_ready));
+    }
+    let from_file = args.workers.is_none();
+    let n = match args.workers {
+        Some(n) => n,
+        None => Config::load(&path)?.workers.unwrap_or(1),
     };
-    match rt.block_on(proxy::run(&path, args.instance, args.pid_file.as_deref())) {
+    if n > 1 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        return rt.block_on(workers::supervise(SuperviseOptions {
+            workers: n,
+            config: &path,
+            only: args.instance,
+            threads: args.threads,
+            pid_file: args.pid_file.as_deref(),
+            from_file,
+        }));
+    }
+    let opts = Options {
+        config: &path,
+        only: args.instance,
+        reuseport: false,
+        secret: TicketSecret::random()?,
+    };
+    let mut pid = None;
+    let pid_file = args.pid_file.as_deref();
+    runtime(args.threads)?.block_on(proxy::run(opts, || {
+        pid = pid_file.map(PidFile::create).transpose()?;
+        Ok(())
+    }))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let r = if args.check {
+        check(&args.config.clone().unwrap_or_else(Config::default_path))
+    } else {
+        daemon(args)
+    };
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("opencf-tlsproxy: {e}");
+            eprintln!("{}: {e}", log_name());
             ExitCode::FAILURE
         }
     }

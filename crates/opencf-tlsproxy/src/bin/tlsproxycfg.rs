@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use opencf_tlsproxy::config::{Config, Instance};
 use opencf_tlsproxy::import::{load_pem, load_pkcs12};
+use opencf_tlsproxy::tickets::TicketSecret;
 use opencf_tlsproxy::tls::{select_suites, InstanceTls, Resumption};
 use opencf_tlsproxy::token::{default_module, read_pin_file, Module};
 use opencf_tlsproxy::uri::Pkcs11Uri;
@@ -319,8 +320,11 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     inst.tickets = !no_tickets;
     cfg.instances.push(inst.clone());
     // The whole file must parse and this instance's key and certificate must load.
-    let checked = Config::parse(&toml::to_string(&cfg).map_err(|e| e.to_string())?)
-        .and_then(|_| InstanceTls::build(&module, &inst, &Resumption::new(&inst)?).map(|_| ()));
+    let checked =
+        Config::parse(&toml::to_string(&cfg).map_err(|e| e.to_string())?).and_then(|_| {
+            let res = Resumption::new(&inst, &TicketSecret::random()?);
+            InstanceTls::build(&module, &inst, &res).map(|_| ())
+        });
     if let Err(e) = checked {
         if let Some(w) = wrote {
             let _ = std::fs::remove_file(w);
@@ -384,10 +388,32 @@ fn list(ctx: &Ctx) -> Result<(), String> {
         );
     }
     match ctx.running_pid() {
-        Some(pid) => println!("daemon: running, pid {pid}"),
+        Some(pid) => match children(pid).as_slice() {
+            [] => println!("daemon: running, pid {pid}"),
+            w => println!(
+                "daemon: running, pid {pid}, {} workers (pids {})",
+                w.len(),
+                w.join(", ")
+            ),
+        },
         None => println!("daemon: not running (from {})", ctx.pid_file.display()),
     }
     Ok(())
+}
+
+/// The child processes of `pid` (the workers of a supervisor), from
+/// `/proc/PID/task/*/children`.
+fn children(pid: i32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    v.sort_by_key(|p| p.parse::<u32>().unwrap_or(0));
+    v
 }
 
 fn main() -> ExitCode {

@@ -173,6 +173,10 @@ pub struct MetaSession {
     /// The counters found last (provider index, mechanism): an application repeating one
     /// operation finds them without a lookup.
     pub last_counters: Option<(usize, CK_MECHANISM_TYPE, &'static opencf_stat::MechCounters)>,
+    /// Per kind of operation, the mechanism last bound whose only candidate is the keystore,
+    /// with that binding: the next init of the same mechanism goes straight to the keystore
+    /// session (the route, the session and the key handle there cannot have changed).
+    pub direct: [Option<(CK_MECHANISM_TYPE, Bound)>; OP_KINDS],
 }
 
 /// One operation in this many has its latency measured for `cryptoadm stat` (reading the
@@ -191,6 +195,7 @@ impl MetaSession {
             calls: 0,
             shard: opencf_stat::Shard::claim(),
             last_counters: None,
+            direct: [None; OP_KINDS],
         }
     }
     /// The session's counters of provider `prov` for mechanism `mech` (`stats`: that

@@ -525,6 +525,27 @@ impl OpenCf {
             return Err(CKR_OPERATION_ACTIVE);
         }
         let mt = mech.mechanism();
+        if let Some((dm, b)) = ms.direct[kind as usize] {
+            if dm == mt {
+                // As `bind_with` over the single candidate, without looking the route up.
+                return match self.init_on(kind, self.p(b.prov), b.h, mech, key.unwrap_or(0), extra)
+                {
+                    Ok(()) => {
+                        ms.ops[kind as usize] = Some(Op {
+                            bound: Some(b),
+                            ..Op::new(mt, key, None)
+                        });
+                        Ok(())
+                    }
+                    Err(e) => {
+                        if recoverable(e) {
+                            self.left(b.prov, mt, e, false);
+                        }
+                        Err(e)
+                    }
+                };
+            }
+        }
         let route = match self.meta()?.routes.get(&mt) {
             Some(r) if !r[kind as usize].cands.is_empty() => &r[kind as usize],
             _ => return Err(CKR_MECHANISM_INVALID),
@@ -533,6 +554,9 @@ impl OpenCf {
         if !route.defer && cands.len() == 1 {
             // Nothing to keep: the caller's mechanism goes to the provider as it came.
             let b = self.bind_with(&mut ms, kind, key, cands, mech, extra, 0, None)?;
+            if b.prov == self.meta()?.keystore {
+                ms.direct[kind as usize] = Some((mt, b));
+            }
             ms.ops[kind as usize] = Some(Op {
                 bound: Some(b),
                 ..Op::new(mt, key, None)

@@ -170,6 +170,41 @@ fn metaslot_over_softtoken() {
         Err(Error::Pkcs11(RvError::SignatureInvalid, _))
     ));
 
+    // Repeated inits of one mechanism on one session take the metaslot's shortcut to the
+    // keystore after the first: other keys, a destroyed key and a key of the wrong type must
+    // get the same answers as a first init would.
+    fn gcm(iv: &mut [u8; 12]) -> Mechanism<'_> {
+        Mechanism::AesGcm(GcmParams::new(&mut iv[..], b"aad", 128.into()).unwrap())
+    }
+    let key2 = aes_key(&s, b"second");
+    let ct2 = s.encrypt(&gcm(&mut iv), key2, data).expect("second key");
+    assert_ne!(ct2, ct, "another key, another ciphertext");
+    assert_eq!(s.decrypt(&gcm(&mut iv), key2, &ct2).unwrap(), data);
+    assert!(matches!(
+        s.decrypt(&gcm(&mut iv), key2, &ct),
+        Err(Error::Pkcs11(RvError::EncryptedDataInvalid, _))
+    ));
+    let key3 = aes_key(&s, b"third");
+    s.encrypt(&gcm(&mut iv), key3, data).expect("third key");
+    s.destroy_object(key3).expect("C_DestroyObject");
+    assert!(matches!(
+        s.encrypt(&gcm(&mut iv), key3, data),
+        Err(Error::Pkcs11(RvError::KeyHandleInvalid, _))
+    ));
+    assert!(matches!(
+        s.encrypt(&gcm(&mut iv), rpriv, data),
+        Err(Error::Pkcs11(RvError::KeyTypeInconsistent, _))
+    ));
+    assert!(matches!(
+        s.sign(&Mechanism::Sha256RsaPkcs, key2, data),
+        Err(Error::Pkcs11(RvError::KeyTypeInconsistent, _))
+    ));
+    // After the errors no operation is left active, and the first key still works.
+    assert_eq!(s.encrypt(&gcm(&mut iv), key, data).unwrap(), ct);
+    let sig2 = s.sign(&Mechanism::Sha256RsaPkcs, rpriv, data).unwrap();
+    s.verify(&Mechanism::Sha256RsaPkcs, rpub, data, &sig2)
+        .expect("RSA verify after the errors");
+
     // ECDSA sign/verify.
     let (epub, epriv) = s
         .generate_key_pair(

@@ -11,7 +11,12 @@
 #
 # Environment: BENCH_TLS_SECONDS (measured seconds per run, default 5), BENCH_TLS_CONCURRENCY
 # (clients, default 16), BENCH_TLS_THREADS (client threads, default 2), BENCH_TLS_WORKERS
-# (proxy worker threads and nginx worker processes, default: the number of CPUs).
+# (proxy worker threads and nginx worker processes, default: the number of CPUs),
+# BENCH_TLS_PROXY_PROCS (opencf-tlsproxy worker processes, `--workers`, default 1; with more
+# than one, each runs BENCH_TLS_WORKERS / BENCH_TLS_PROXY_PROCS threads, at least one),
+# BENCH_TLS_ACCEL=1 (the accelerator provider, libopencf_accel.so, beside the proxy's private
+# libopencf.so: the built-in default then routes to it first; `cryptoadm stat` of the run is
+# printed at the end to show where the signatures ran).
 # Every server listens on 127.0.0.1 only; every wait is bounded; a trap kills what it started.
 set -uo pipefail
 
@@ -21,6 +26,12 @@ SECONDS_PER_RUN=${BENCH_TLS_SECONDS:-5}
 CONC=${BENCH_TLS_CONCURRENCY:-16}
 THREADS=${BENCH_TLS_THREADS:-2}
 WORKERS=${BENCH_TLS_WORKERS:-$(nproc)}
+PROXY_PROCS=${BENCH_TLS_PROXY_PROCS:-1}
+PROXY_THREADS=$WORKERS
+if [ "$PROXY_PROCS" -gt 1 ]; then
+    PROXY_THREADS=$((WORKERS / PROXY_PROCS))
+    [ "$PROXY_THREADS" -ge 1 ] || PROXY_THREADS=1
+fi
 
 for b in opencf-tlsproxy tlsproxycfg tls-bench libopencf.so libopencf_softtoken.so; do
     [ -e "$REL/$b" ] || { echo "missing $REL/$b (cargo build --release -p opencf-tlsproxy -p opencf -p opencf-softtoken)"; exit 1; }
@@ -33,6 +44,10 @@ done
 . "$ROOT/tests/tlsproxy/common.sh"
 tlsproxy_workdir opencf-bench-tls
 mkdir -p "$W/nginx/logs"
+if [ "${BENCH_TLS_ACCEL:-0}" = 1 ]; then
+    [ -e "$REL/libopencf_accel.so" ] || { echo "missing $REL/libopencf_accel.so (cargo build --release -p opencf-accel)"; exit 1; }
+    cp "$REL/libopencf_accel.so" "$W/lib/"
+fi
 pick_ports 5
 BACK=$BASE; PX_EC=$((BASE + 1)); PX_RSA=$((BASE + 2)); NG_EC=$((BASE + 3)); NG_RSA=$((BASE + 4))
 
@@ -63,10 +78,20 @@ printf 'module = "%s"\n' "$MOD" > "$CONF"
 "${CFG[@]}" create -f pem -i "$W/ec.pem" -p "$W/pin" -x "$BACK" -C bench-ec 127.0.0.1 "$PX_EC" >"$W/c1.log" 2>&1 \
     && "${CFG[@]}" create -f pem -i "$W/rsa.pem" -p "$W/pin" -x "$BACK" -C bench-rsa 127.0.0.1 "$PX_RSA" >"$W/c2.log" 2>&1 \
     || { cat "$W"/c*.log; echo "tlsproxycfg create failed"; exit 1; }
-"$REL/opencf-tlsproxy" --config "$CONF" --pid-file "$W/tlsproxy.pid" --threads "$WORKERS" >"$W/tlsproxy.log" 2>&1 &
+"$REL/opencf-tlsproxy" --config "$CONF" --pid-file "$W/tlsproxy.pid" --threads "$PROXY_THREADS" \
+    --workers "$PROXY_PROCS" >"$W/tlsproxy.log" 2>&1 &
 PIDS+=($!)
 PROXY_PID=$!
 wait_port "$PX_EC" && wait_port "$PX_RSA" || { cat "$W/tlsproxy.log"; echo "opencf-tlsproxy did not start"; exit 1; }
+# With worker processes, their CPU time counts too (the supervisor's is negligible).
+if [ "$PROXY_PROCS" -gt 1 ]; then
+    for _ in $(seq 100); do
+        [ "$(pgrep -c -P "$PROXY_PID")" -ge "$PROXY_PROCS" ] && break
+        sleep 0.1
+    done
+    sleep 1   # the last worker binds its listeners after it starts
+    PROXY_PID=$(echo "$PROXY_PID" $(pgrep -P "$PROXY_PID") | tr ' ' ,)
+fi
 
 cat > "$W/nginx/nginx.conf" <<NGINX
 daemon off;
@@ -110,7 +135,7 @@ NGINX_PIDS=$(echo "$NGINX_PID" $(pgrep -P "$NGINX_PID") | tr ' ' ,)
 echo "# $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); client and servers share them"
 echo "# $("$NGINX" -v 2>&1); opencf-tlsproxy with the keys in the OpenCF softtoken (C_Sign through libopencf.so)"
 echo "# tls-bench run: $CONC clients on $THREADS threads, ${SECONDS_PER_RUN} s measured after 1 s of warm-up, TLS 1.3, one HTTP request per connection"
-echo "# servers: $WORKERS proxy worker threads / nginx worker processes; hs = TCP connect to handshake done, req = to the end of the answer"
+echo "# servers: opencf-tlsproxy $PROXY_PROCS process(es) of $PROXY_THREADS thread(s) / $WORKERS nginx worker processes; hs = TCP connect to handshake done, req = to the end of the answer"
 echo "# srv CPU/hs: the server's processes' CPU time (user + system; nginx: master and workers) over the measured seconds / handshakes; cli: the client's"
 FAILED=0
 header=--header
@@ -128,4 +153,8 @@ for key in ec rsa; do
         done
     done
 done
+if [ "${BENCH_TLS_ACCEL:-0}" = 1 ]; then
+    echo "# cryptoadm stat (signatures by provider and mechanism):"
+    "$REL/cryptoadm" stat --dir "$OPENCF_STAT_DIR" 2>&1 | grep -vE "CKM_(AES|SHA_1|SHA256 |SHA384 |SHA512 )" | head -30 || true
+fi
 [ "$FAILED" = 0 ] || { echo "some runs failed"; exit 1; }

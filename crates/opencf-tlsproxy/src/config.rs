@@ -215,6 +215,12 @@ impl Instance {
 }
 
 impl Config {
+    /// The instances a daemon started with `--instance ONLY` serves (all without it).
+    pub fn served<'a>(&'a self, only: Option<&'a str>) -> impl Iterator<Item = &'a Instance> {
+        self.instances
+            .iter()
+            .filter(move |i| only.is_none_or(|o| o == i.name()))
+    }
     /// Reads a file; a missing file is an empty configuration.
     pub fn load(path: &Path) -> Result<Config> {
         let text = match std::fs::read_to_string(path) {

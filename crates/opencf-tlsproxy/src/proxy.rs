@@ -131,11 +131,7 @@ impl Proxy {
                 log_name()
             );
         }
-        let wanted: Vec<&Instance> = cfg
-            .instances
-            .iter()
-            .filter(|i| self.only.as_ref().is_none_or(|o| *o == i.name()))
-            .collect();
+        let wanted: Vec<&Instance> = cfg.served(self.only.as_deref()).collect();
         if let Some(o) = &self.only {
             if wanted.is_empty() {
                 return Err(format!("no instance named {o}"));

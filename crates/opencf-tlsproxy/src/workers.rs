@@ -293,11 +293,7 @@ impl Supervisor {
 /// instances' addresses (such a listener would otherwise share the connections or refuse
 /// them only in the workers).
 fn probe_listeners(cfg: &Config, only: Option<&str>) -> Result<()> {
-    let wanted = cfg
-        .instances
-        .iter()
-        .filter(|i| only.is_none_or(|o| o == i.name()));
-    for addr in wanted.map(Instance::listen_addr) {
+    for addr in cfg.served(only).map(Instance::listen_addr) {
         std::net::TcpListener::bind(&addr).map_err(|e| format!("listen on {addr}: {e}"))?;
     }
     Ok(())

@@ -141,6 +141,13 @@ impl Op {
             kept,
         }
     }
+    /// An operation bound to `b` that keeps nothing for another candidate.
+    pub fn bound_to(mech: CK_MECHANISM_TYPE, key: Option<CK_OBJECT_HANDLE>, b: Bound) -> Op {
+        Op {
+            bound: Some(b),
+            ..Op::new(mech, key, None)
+        }
+    }
 }
 
 /// The init arguments of an [`Op`] that a later binding repeats.

@@ -528,22 +528,16 @@ impl OpenCf {
         if let Some((dm, b)) = ms.direct[kind as usize] {
             if dm == mt {
                 // As `bind_with` over the single candidate, without looking the route up.
-                return match self.init_on(kind, self.p(b.prov), b.h, mech, key.unwrap_or(0), extra)
+                if let Err(e) =
+                    self.init_on(kind, self.p(b.prov), b.h, mech, key.unwrap_or(0), extra)
                 {
-                    Ok(()) => {
-                        ms.ops[kind as usize] = Some(Op {
-                            bound: Some(b),
-                            ..Op::new(mt, key, None)
-                        });
-                        Ok(())
+                    if recoverable(e) {
+                        self.left(b.prov, mt, e, false);
                     }
-                    Err(e) => {
-                        if recoverable(e) {
-                            self.left(b.prov, mt, e, false);
-                        }
-                        Err(e)
-                    }
-                };
+                    return Err(e);
+                }
+                ms.ops[kind as usize] = Some(Op::bound_to(mt, key, b));
+                return Ok(());
             }
         }
         let route = match self.meta()?.routes.get(&mt) {
@@ -557,10 +551,7 @@ impl OpenCf {
             if b.prov == self.meta()?.keystore {
                 ms.direct[kind as usize] = Some((mt, b));
             }
-            ms.ops[kind as usize] = Some(Op {
-                bound: Some(b),
-                ..Op::new(mt, key, None)
-            });
+            ms.ops[kind as usize] = Some(Op::bound_to(mt, key, b));
             return Ok(());
         }
         // A later candidate may have to run the operation: keep the parameter.

@@ -603,6 +603,78 @@ pub trait Backend: Send + Sync + 'static {
         Err(NS)
     }
 
+    // ----- Pinned sessions (a framework that links the module in) -----
+
+    /// The session behind `s`, lent to a caller that links this module in and keeps the
+    /// session for as long as it holds it: the framework's metaslot pins its keystore session,
+    /// so that its hot calls (the `pinned_*` methods) skip this module's handle lookup. A
+    /// pinned session closed meanwhile (`C_CloseSession`, `C_CloseAllSessions`, `C_Finalize`)
+    /// answers `CKR_SESSION_HANDLE_INVALID`, as its handle would. `None`: the module does not
+    /// lend sessions (every other method keeps working by handle).
+    fn pin_session(&self, s: CK_SESSION_HANDLE) -> Option<Pinned> {
+        None
+    }
+    /// `C_EncryptInit` on a pinned session.
+    fn pinned_encrypt_init(
+        &self,
+        p: &Pinned,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_Encrypt` on a pinned session.
+    fn pinned_encrypt(&self, p: &Pinned, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_DecryptInit` on a pinned session.
+    fn pinned_decrypt_init(
+        &self,
+        p: &Pinned,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_Decrypt` on a pinned session.
+    fn pinned_decrypt(&self, p: &Pinned, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_SignInit` on a pinned session.
+    fn pinned_sign_init(
+        &self,
+        p: &Pinned,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_Sign` on a pinned session.
+    fn pinned_sign(&self, p: &Pinned, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_VerifyInit` on a pinned session.
+    fn pinned_verify_init(
+        &self,
+        p: &Pinned,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_Verify` on a pinned session.
+    fn pinned_verify(&self, p: &Pinned, data: &[u8], sig: &[u8]) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_DigestInit` on a pinned session.
+    fn pinned_digest_init(&self, p: &Pinned, mech: &Mechanism) -> CkResult<()> {
+        Err(NS)
+    }
+    /// `C_Digest` on a pinned session.
+    fn pinned_digest(&self, p: &Pinned, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        Err(NS)
+    }
+
     // ----- Parallel function management (legacy) -----
 
     /// Checks a session handle for `C_GetFunctionStatus`/`C_CancelFunction`, which then answer
@@ -619,6 +691,10 @@ pub trait Backend: Send + Sync + 'static {
         Err(CKR_FUNCTION_NOT_PARALLEL)
     }
 }
+
+/// A session lent by [`Backend::pin_session`]: the module's own session object, which only
+/// that module looks inside.
+pub type Pinned = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 /// A [`Backend`] is called through `dyn Backend` by a framework that links it in
 /// ([`crate::provider::Provider::linked`]).

@@ -39,7 +39,7 @@ pub mod sync;
 pub mod tables;
 pub mod types;
 
-pub use backend::Backend;
+pub use backend::{Backend, Pinned};
 pub use params::{MechRef, RawMechanism};
 pub use types::*;
 

@@ -1091,6 +1091,88 @@ impl Provider {
     }
 }
 
+/// Calls on a session lent by a linked backend ([`Provider::pin_session`]). A pin comes only
+/// from a linked backend, so these are never called on a loaded module (they answer
+/// `CKR_GENERAL_ERROR` there).
+impl Provider {
+    /// The session behind `s`, when the backend is linked in and lends it
+    /// ([`crate::Backend::pin_session`]); `None` for a loaded module.
+    pub fn pin_session(&self, s: CK_SESSION_HANDLE) -> Option<crate::Pinned> {
+        self.linked.as_ref()?.pin_session(s)
+    }
+    fn pinned_backend(&self) -> CkResult<&dyn crate::Backend> {
+        self.linked.as_deref().ok_or(CKR_GENERAL_ERROR)
+    }
+    /// `C_DigestInit` on a pinned session.
+    #[inline]
+    pub fn pinned_digest_init(&self, p: &crate::Pinned, mech: MechRef<'_>) -> CkResult<()> {
+        let b = self.pinned_backend()?;
+        with_parsed(mech, |m| b.pinned_digest_init(p, m))
+    }
+    /// `C_Verify` on a pinned session.
+    #[inline]
+    pub fn pinned_verify(&self, p: &crate::Pinned, d: &[u8], sig: &[u8]) -> CkResult<()> {
+        self.pinned_backend()?.pinned_verify(p, d, sig)
+    }
+}
+
+/// `*Init(pinned session, mechanism, key)` and `(pinned session, data, out)` methods.
+macro_rules! pinned_fns {
+    (init: $($(#[$d1:meta])* $init:ident),*; in_out: $($(#[$d2:meta])* $io:ident),*) => {
+        impl Provider {
+            $(
+                $(#[$d1])*
+                #[inline]
+                pub fn $init(
+                    &self,
+                    p: &crate::Pinned,
+                    mech: MechRef<'_>,
+                    key: CK_OBJECT_HANDLE,
+                ) -> CkResult<()> {
+                    let b = self.pinned_backend()?;
+                    with_parsed(mech, |m| b.$init(p, m, key))
+                }
+            )*
+            $(
+                $(#[$d2])*
+                #[inline]
+                pub fn $io(&self, p: &crate::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+                    self.pinned_backend()?.$io(p, d, o)
+                }
+            )*
+        }
+    };
+}
+
+pinned_fns! {
+    init:
+        /// `C_EncryptInit` on a pinned session.
+        pinned_encrypt_init,
+        /// `C_DecryptInit` on a pinned session.
+        pinned_decrypt_init,
+        /// `C_SignInit` on a pinned session.
+        pinned_sign_init,
+        /// `C_VerifyInit` on a pinned session.
+        pinned_verify_init;
+    in_out:
+        /// `C_Encrypt` on a pinned session.
+        pinned_encrypt,
+        /// `C_Decrypt` on a pinned session.
+        pinned_decrypt,
+        /// `C_Sign` on a pinned session.
+        pinned_sign,
+        /// `C_Digest` on a pinned session.
+        pinned_digest
+}
+
+/// Runs `f` with `mech` parsed: as it came, or parsed from the caller's structure.
+fn with_parsed<R>(mech: MechRef<'_>, f: impl FnOnce(&Mechanism) -> CkResult<R>) -> CkResult<R> {
+    match mech {
+        MechRef::Parsed(m) => f(m),
+        MechRef::Raw(r) => f(&r.parse()?),
+    }
+}
+
 /// Runs `f` with `mech` as a `CK_MECHANISM` pointer valid for the call: the caller's own
 /// structure, passed on as it came, or a parsed mechanism laid out again.
 fn with_mechanism<R>(mech: MechRef<'_>, f: impl FnOnce(*mut CK_MECHANISM) -> R) -> R {

@@ -5,7 +5,7 @@
 use crate::attrs::AttrMapExt;
 use crate::mech::{self, CipherOp};
 use crate::object::Object;
-use crate::session::{OpState, SpareCipher};
+use crate::session::{OpState, Session, SpareCipher};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, MessageParams, OutBuf};
@@ -87,12 +87,11 @@ fn step(
 impl SoftToken {
     fn cipher_init(
         &self,
-        s: CK_SESSION_HANDLE,
+        sess: &Session,
         mech: &Mechanism,
         key: CK_OBJECT_HANDLE,
         encrypt: bool,
     ) -> CkResult<()> {
-        let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut guard = sess.lock();
         let st: &mut OpState = &mut guard;
@@ -105,7 +104,7 @@ impl SoftToken {
             (CKF_DECRYPT, [CKO_SECRET_KEY, CKO_PRIVATE_KEY], CKA_DECRYPT)
         };
         check_mechanism(mech.mechanism, flag)?;
-        let obj = self.cached_key(&sess, &mut st.keys, key, CKR_KEY_HANDLE_INVALID)?;
+        let obj = self.cached_key(sess, &mut st.keys, key, CKR_KEY_HANDLE_INVALID)?;
         check_key(obj, &classes, usage, mech.mechanism)?;
         let uid = obj.uid;
         let reuse = match st.spare.take() {
@@ -135,12 +134,26 @@ impl SoftToken {
         mech: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(s, mech, key, true)
+        self.cipher_init(&*self.session(s)?, mech, key, true)
+    }
+
+    /// `C_EncryptInit` on a session already found (a pinned one, or by handle).
+    pub fn encrypt_init_in(
+        &self,
+        sess: &Session,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.cipher_init(sess, mech, key, true)
     }
 
     /// `C_Encrypt`.
     pub fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.encrypt_in(&*self.session(s)?, data, out)
+    }
+
+    /// `C_Encrypt` on a session already found.
+    pub fn encrypt_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let mut st = sess.lock();
         step(&mut st, true, true, out, |op, out| op.one_shot(data, out))
     }
@@ -171,12 +184,26 @@ impl SoftToken {
         mech: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(s, mech, key, false)
+        self.cipher_init(&*self.session(s)?, mech, key, false)
+    }
+
+    /// `C_DecryptInit` on a session already found.
+    pub fn decrypt_init_in(
+        &self,
+        sess: &Session,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.cipher_init(sess, mech, key, false)
     }
 
     /// `C_Decrypt`.
     pub fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.decrypt_in(&*self.session(s)?, data, out)
+    }
+
+    /// `C_Decrypt` on a session already found.
+    pub fn decrypt_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let mut st = sess.lock();
         step(&mut st, false, true, out, |op, out| op.one_shot(data, out))
     }

@@ -3,6 +3,7 @@
 
 use crate::crypt::check_mechanism;
 use crate::mech;
+use crate::session::Session;
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
@@ -10,7 +11,11 @@ use opencf_abi::{CkResult, Mechanism, OutBuf};
 impl SoftToken {
     /// `C_DigestInit`.
     pub fn digest_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.digest_init_in(&*self.session(s)?, m)
+    }
+
+    /// `C_DigestInit` on a session already found (a pinned one, or by handle).
+    pub fn digest_init_in(&self, sess: &Session, m: &Mechanism) -> CkResult<()> {
         let mut st = sess.lock();
         if st.digest.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
@@ -23,7 +28,11 @@ impl SoftToken {
 
     /// `C_Digest`.
     pub fn digest(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.digest_in(&*self.session(s)?, data, out)
+    }
+
+    /// `C_Digest` on a session already found.
+    pub fn digest_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let mut st = sess.lock();
         if st.digest.is_some() && st.digest_multi {
             // Single-part after multi-part: refused, and the operation ends.

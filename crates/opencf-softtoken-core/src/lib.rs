@@ -219,6 +219,59 @@ impl Backend for SoftToken {
     fn find_objects_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         SoftToken::find_objects_final(self, s)
     }
+    fn pin_session(&self, s: CK_SESSION_HANDLE) -> Option<opencf_abi::Pinned> {
+        SoftToken::pin_session(self, s)
+    }
+    fn pinned_encrypt_init(
+        &self,
+        p: &opencf_abi::Pinned,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.encrypt_init_in(self.pinned(p)?, m, k)
+    }
+    fn pinned_encrypt(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        self.encrypt_in(self.pinned(p)?, d, o)
+    }
+    fn pinned_decrypt_init(
+        &self,
+        p: &opencf_abi::Pinned,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.decrypt_init_in(self.pinned(p)?, m, k)
+    }
+    fn pinned_decrypt(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        self.decrypt_in(self.pinned(p)?, d, o)
+    }
+    fn pinned_sign_init(
+        &self,
+        p: &opencf_abi::Pinned,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.sign_init_in(self.pinned(p)?, m, k)
+    }
+    fn pinned_sign(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        self.sign_in(self.pinned(p)?, d, o)
+    }
+    fn pinned_verify_init(
+        &self,
+        p: &opencf_abi::Pinned,
+        m: &Mechanism,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.verify_init_in(self.pinned(p)?, m, k)
+    }
+    fn pinned_verify(&self, p: &opencf_abi::Pinned, d: &[u8], sig: &[u8]) -> CkResult<()> {
+        self.verify_in(self.pinned(p)?, d, sig)
+    }
+    fn pinned_digest_init(&self, p: &opencf_abi::Pinned, m: &Mechanism) -> CkResult<()> {
+        self.digest_init_in(self.pinned(p)?, m)
+    }
+    fn pinned_digest(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        self.digest_in(self.pinned(p)?, d, o)
+    }
     fn encrypt_init(
         &self,
         s: CK_SESSION_HANDLE,

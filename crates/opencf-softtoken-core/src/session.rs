@@ -9,7 +9,7 @@ use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A cipher context kept after its operation ended, for reuse by the next operation with the
@@ -98,6 +98,9 @@ pub struct Session {
     pub rw: bool,
     /// `CKF_*` flags given at open.
     pub flags: CK_FLAGS,
+    /// Closed: a caller that pinned the session ([`SoftToken::pinned`]) gets
+    /// `CKR_SESSION_HANDLE_INVALID`, as the handle does.
+    closed: AtomicBool,
     state: Mutex<OpState>,
 }
 
@@ -138,6 +141,21 @@ impl SoftToken {
     /// The session `h`.
     pub fn session(&self, h: CK_SESSION_HANDLE) -> CkResult<Arc<Session>> {
         self.sessions.get(h).ok_or(CKR_SESSION_HANDLE_INVALID)
+    }
+
+    /// The session behind `h`, lent to a framework that links the token in
+    /// ([`opencf_abi::Backend::pin_session`]).
+    pub fn pin_session(&self, h: CK_SESSION_HANDLE) -> Option<opencf_abi::Pinned> {
+        let s: Arc<Session> = self.sessions.get(h)?;
+        Some(s)
+    }
+
+    /// The session a caller pinned, while it is open.
+    pub fn pinned<'a>(&self, p: &'a opencf_abi::Pinned) -> CkResult<&'a Session> {
+        match p.downcast_ref::<Session>() {
+            Some(s) if !s.closed.load(Ordering::Acquire) => Ok(s),
+            _ => Err(CKR_SESSION_HANDLE_INVALID),
+        }
     }
 
     /// A key object for an operation, lent from the session's cache of looked-up objects
@@ -201,6 +219,7 @@ impl SoftToken {
             token,
             rw,
             flags,
+            closed: AtomicBool::new(false),
             state: Mutex::new(OpState::default()),
         };
         self.sessions.insert(handle, Arc::new(sess));
@@ -209,6 +228,7 @@ impl SoftToken {
 
     /// Ends a session: its session objects go, and the last session of a token logs out.
     fn end_session(&self, sess: &Session) {
+        sess.closed.store(true, Ordering::Release);
         self.sessions.remove(sess.handle);
         let removed = self.objects.remove_where(|o| o.owner == Some(sess.handle));
         if !removed.is_empty() {
@@ -385,5 +405,108 @@ impl SoftToken {
         }
         self.logout_token(&sess.token);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opencf_abi::{Attribute, Backend, InitArgs, MechParam};
+
+    /// A session pinned by a framework runs the same operations as its handle, and answers
+    /// `CKR_SESSION_HANDLE_INVALID` once closed, as the handle does.
+    #[test]
+    fn pinned_session_works_until_closed() {
+        let dir = std::env::temp_dir().join(format!("opencf-pinned-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::env::set_var("OPENCF_SOFTTOKEN_DIR", &dir);
+        let args = InitArgs {
+            os_locking_ok: true,
+            no_os_threads: false,
+            framework: true,
+        };
+        let t = <SoftToken as Backend>::initialize(&args).unwrap();
+        let slot = t.get_slot_list(true).unwrap()[0];
+        let h = Backend::open_session(&t, slot, CKF_SERIAL_SESSION).unwrap();
+        let pin = Backend::pin_session(&t, h).expect("the software token lends its sessions");
+        assert!(
+            Backend::pin_session(&t, h + 1000).is_none(),
+            "no session behind it"
+        );
+        let key = Backend::create_object(
+            &t,
+            h,
+            &[
+                Attribute::ulong(CKA_CLASS, CKO_SECRET_KEY),
+                Attribute::ulong(CKA_KEY_TYPE, CKK_AES),
+                Attribute::new(CKA_VALUE, vec![0x42; 16]),
+                Attribute::bool(CKA_TOKEN, false),
+                Attribute::bool(CKA_PRIVATE, false),
+                Attribute::bool(CKA_ENCRYPT, true),
+                Attribute::bool(CKA_DECRYPT, true),
+            ],
+        )
+        .unwrap();
+        let gcm = Mechanism {
+            mechanism: CKM_AES_GCM,
+            param: MechParam::Gcm {
+                iv: vec![1; 12],
+                iv_bits: 96,
+                aad: b"aad".to_vec(),
+                tag_bits: 128,
+            },
+        };
+        let run = |enc: &dyn Fn(&mut OutBuf) -> CkResult<()>| {
+            let mut buf = vec![0u8; 64];
+            let n = {
+                let mut o = OutBuf::new(Some(&mut buf));
+                enc(&mut o)?;
+                o.len()
+            };
+            buf.truncate(n);
+            Ok::<_, CK_RV>(buf)
+        };
+        // The same ciphertext through the pin and through the handle.
+        Backend::pinned_encrypt_init(&t, &pin, &gcm, key).unwrap();
+        let by_pin = run(&|o| Backend::pinned_encrypt(&t, &pin, b"sixteen byte msg", o)).unwrap();
+        Backend::encrypt_init(&t, h, &gcm, key).unwrap();
+        let by_handle = run(&|o| Backend::encrypt(&t, h, b"sixteen byte msg", o)).unwrap();
+        assert_eq!(by_pin, by_handle);
+        assert_eq!(by_pin.len(), 32, "ciphertext and tag");
+        // An operation begun through the pin is the session's: the handle sees it active.
+        Backend::pinned_decrypt_init(&t, &pin, &gcm, key).unwrap();
+        assert_eq!(
+            Backend::decrypt_init(&t, h, &gcm, key),
+            Err(CKR_OPERATION_ACTIVE)
+        );
+        let plain = run(&|o| Backend::decrypt(&t, h, &by_pin, o)).unwrap();
+        assert_eq!(plain, b"sixteen byte msg");
+        // Digest through the pin.
+        Backend::pinned_digest_init(&t, &pin, &Mechanism::new(CKM_SHA256)).unwrap();
+        let d = run(&|o| Backend::pinned_digest(&t, &pin, b"abc", o)).unwrap();
+        assert_eq!(d[0..4], [0xba, 0x78, 0x16, 0xbf]);
+        // Closed: the pin answers as the handle does.
+        Backend::close_session(&t, h).unwrap();
+        assert_eq!(
+            Backend::pinned_encrypt_init(&t, &pin, &gcm, key),
+            Err(CKR_SESSION_HANDLE_INVALID)
+        );
+        assert_eq!(
+            run(&|o| Backend::pinned_encrypt(&t, &pin, b"x", o)),
+            Err(CKR_SESSION_HANDLE_INVALID)
+        );
+        assert_eq!(
+            Backend::encrypt_init(&t, h, &gcm, key),
+            Err(CKR_SESSION_HANDLE_INVALID)
+        );
+        // A pin of another module's type is refused, not misread.
+        let other: opencf_abi::Pinned = Arc::new(7u32);
+        assert_eq!(
+            Backend::pinned_sign_init(&t, &other, &gcm, key),
+            Err(CKR_SESSION_HANDLE_INVALID)
+        );
+        Backend::finalize(&t);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

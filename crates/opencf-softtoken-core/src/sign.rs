@@ -7,7 +7,7 @@
 use crate::attrs::AttrMapExt;
 use crate::crypt::{check_key, check_mechanism};
 use crate::mech;
-use crate::session::{RecoverOp, SignState};
+use crate::session::{RecoverOp, Session, SignState};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
@@ -20,14 +20,23 @@ impl SoftToken {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.sign_init_in(&*self.session(s)?, m, key)
+    }
+
+    /// `C_SignInit` on a session already found (a pinned one, or by handle).
+    pub fn sign_init_in(
+        &self,
+        sess: &Session,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         sess.check_pin_ok()?;
         let mut st = sess.lock();
         if st.sign.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
         check_mechanism(m.mechanism, CKF_SIGN)?;
-        let obj = self.op_key(&sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
+        let obj = self.op_key(sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
         check_key(
             &obj,
             &[CKO_PRIVATE_KEY, CKO_SECRET_KEY],
@@ -43,11 +52,10 @@ impl SoftToken {
 
     fn sign_step(
         &self,
-        s: CK_SESSION_HANDLE,
+        sess: &Session,
         out: &mut OutBuf,
         f: impl FnOnce(&mut SignState, &mut OutBuf) -> CkResult<()>,
     ) -> CkResult<()> {
-        let sess = self.session(s)?;
         let mut st = sess.lock();
         let mut op = st.sign.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         if op.needs_auth && !st.context_auth {
@@ -63,7 +71,12 @@ impl SoftToken {
 
     /// `C_Sign`.
     pub fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        self.sign_step(s, out, |op, out| op.op.one_shot(data, out))
+        self.sign_in(&*self.session(s)?, data, out)
+    }
+
+    /// `C_Sign` on a session already found.
+    pub fn sign_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        self.sign_step(sess, out, |op, out| op.op.one_shot(data, out))
     }
 
     /// `C_SignUpdate`.
@@ -80,7 +93,7 @@ impl SoftToken {
 
     /// `C_SignFinal`.
     pub fn sign_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
-        self.sign_step(s, out, |op, out| op.op.finalize(out))
+        self.sign_step(&*self.session(s)?, out, |op, out| op.op.finalize(out))
     }
 
     fn recover_init(
@@ -209,20 +222,33 @@ impl SoftToken {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.verify_init_in(&*self.session(s)?, m, key)
+    }
+
+    /// `C_VerifyInit` on a session already found (a pinned one, or by handle).
+    pub fn verify_init_in(
+        &self,
+        sess: &Session,
+        m: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
         sess.check_pin_ok()?;
         let mut st = sess.lock();
         if st.verify.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let op = self.new_verify(&sess, &mut st, m, key)?;
+        let op = self.new_verify(sess, &mut st, m, key)?;
         st.verify = Some(op);
         Ok(())
     }
 
     /// `C_Verify`: ends the operation whatever the outcome.
     pub fn verify(&self, s: CK_SESSION_HANDLE, data: &[u8], sig: &[u8]) -> CkResult<()> {
-        let sess = self.session(s)?;
+        self.verify_in(&*self.session(s)?, data, sig)
+    }
+
+    /// `C_Verify` on a session already found.
+    pub fn verify_in(&self, sess: &Session, data: &[u8], sig: &[u8]) -> CkResult<()> {
         let mut op = sess
             .lock()
             .verify

@@ -41,9 +41,7 @@ impl OpenCf {
     pub fn encrypt(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.encrypt(h, d, o), |m| {
             let q = o.is_query();
-            self.meta_single(m, OpKind::Encrypt, d.len(), q, |p, h| {
-                p.encrypt(h, d, &mut *o)
-            })
+            self.meta_single(m, OpKind::Encrypt, d.len(), q, |at| at.encrypt(d, &mut *o))
         })
     }
     /// `C_EncryptUpdate`.
@@ -84,9 +82,7 @@ impl OpenCf {
     pub fn decrypt(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.decrypt(h, d, o), |m| {
             let q = o.is_query();
-            self.meta_single(m, OpKind::Decrypt, d.len(), q, |p, h| {
-                p.decrypt(h, d, &mut *o)
-            })
+            self.meta_single(m, OpKind::Decrypt, d.len(), q, |at| at.decrypt(d, &mut *o))
         })
     }
     /// `C_DecryptUpdate`.

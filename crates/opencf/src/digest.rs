@@ -24,9 +24,7 @@ impl OpenCf {
     pub fn digest(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.digest(h, d, o), |m| {
             let q = o.is_query();
-            self.meta_single(m, OpKind::Digest, d.len(), q, |p, h| {
-                p.digest(h, d, &mut *o)
-            })
+            self.meta_single(m, OpKind::Digest, d.len(), q, |at| at.digest(d, &mut *o))
         })
     }
     /// `C_DigestUpdate`.

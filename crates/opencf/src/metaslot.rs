@@ -64,6 +64,9 @@ pub struct Bound {
     pub prov: usize,
     /// The provider session.
     pub h: CK_SESSION_HANDLE,
+    /// The provider is the keystore: calls go to its pinned session when it lent one
+    /// ([`MetaSession::ks_pin`]).
+    pub ks: bool,
     /// The provider's counters for the mechanism (`None` when counting is off).
     pub counters: Option<&'static opencf_stat::MechCounters>,
 }
@@ -78,6 +81,12 @@ pub struct Cands {
 }
 
 impl Cands {
+    /// No candidates.
+    pub const EMPTY: Cands = Cands {
+        len: 0,
+        inline: [0; 4],
+        more: Vec::new(),
+    };
     /// Appends a provider index.
     pub fn push(&mut self, p: usize) {
         if self.more.is_empty() && self.len < self.inline.len() {
@@ -150,6 +159,20 @@ impl Op {
     }
 }
 
+/// A binding a metaslot session remembers ([`MetaSession::direct`]): the mechanism's only
+/// candidate is the keystore, or the keystore is its last candidate and the one for the
+/// smallest input (the others have `min_bytes` thresholds).
+#[derive(Clone, Copy, Debug)]
+pub struct Direct {
+    /// The `CKM_*` type.
+    pub mech: CK_MECHANISM_TYPE,
+    /// Where the operation runs.
+    pub b: Bound,
+    /// Bound for the smallest input: a larger single-part input may move the operation to a
+    /// candidate with a threshold, so the parameter is kept ([`Op::eager`]).
+    pub eager: bool,
+}
+
 /// The init arguments of an [`Op`] that a later binding repeats.
 #[derive(Debug)]
 pub struct Kept {
@@ -166,6 +189,9 @@ pub struct MetaSession {
     pub flags: CK_FLAGS,
     /// The keystore session, opened with the metaslot session.
     pub ks: CK_SESSION_HANDLE,
+    /// The keystore session itself, when the keystore is linked in and lends it
+    /// (`Provider::pin_session`): the hot calls skip the keystore's handle lookup.
+    pub ks_pin: Option<opencf_abi::Pinned>,
     /// Sessions in other providers, opened on first use: (provider index, handle).
     pub others: Vec<(usize, CK_SESSION_HANDLE)>,
     /// Active operations, indexed by [`OpKind`].
@@ -180,10 +206,10 @@ pub struct MetaSession {
     /// The counters found last (provider index, mechanism): an application repeating one
     /// operation finds them without a lookup.
     pub last_counters: Option<(usize, CK_MECHANISM_TYPE, &'static opencf_stat::MechCounters)>,
-    /// Per kind of operation, the mechanism last bound whose only candidate is the keystore,
-    /// with that binding: the next init of the same mechanism goes straight to the keystore
+    /// Per kind of operation, the last binding to the keystore that no other candidate could
+    /// have taken at init: the next init of the same mechanism goes straight to the keystore
     /// session (the route, the session and the key handle there cannot have changed).
-    pub direct: [Option<(CK_MECHANISM_TYPE, Bound)>; OP_KINDS],
+    pub direct: [Option<Direct>; OP_KINDS],
 }
 
 /// One operation in this many has its latency measured for `cryptoadm stat` (reading the
@@ -191,11 +217,13 @@ pub struct MetaSession {
 pub const LATENCY_SAMPLE: u32 = 16;
 
 impl MetaSession {
-    /// A session whose keystore session is `ks`.
-    pub fn new(flags: CK_FLAGS, ks: CK_SESSION_HANDLE) -> Self {
+    /// A session whose keystore session is `ks` (pinned as `ks_pin` where the keystore lends
+    /// it).
+    pub fn new(flags: CK_FLAGS, ks: CK_SESSION_HANDLE, ks_pin: Option<opencf_abi::Pinned>) -> Self {
         MetaSession {
             flags,
             ks,
+            ks_pin,
             others: Vec::new(),
             ops: Default::default(),
             finding: false,
@@ -221,6 +249,14 @@ impl MetaSession {
                 c
             }
         }
+    }
+    /// Counts a single-part call bound to `b` for the latency sampling; the start time if
+    /// this one is timed (one in [`LATENCY_SAMPLE`], not a size query, counting on).
+    #[inline]
+    pub fn timing(&mut self, b: &Bound, query: bool) -> Option<std::time::Instant> {
+        self.calls = self.calls.wrapping_add(1);
+        (self.calls.is_multiple_of(LATENCY_SAMPLE) && !query && b.counters.is_some())
+            .then(std::time::Instant::now)
     }
     /// The active operation of a kind, or `CKR_OPERATION_NOT_INITIALIZED`.
     pub fn op(&mut self, k: OpKind) -> CkResult<&mut Op> {

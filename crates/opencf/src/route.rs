@@ -1,12 +1,11 @@
 //! Routing of metaslot operations: candidate providers, key clones, binding an operation to
 //! the first provider whose init succeeds, and failover on recoverable errors.
 
-use crate::metaslot::{
-    Bound, Cands, Kept, MetaSession, Op, OpKind, KINDS, LATENCY_SAMPLE, OP_KINDS,
-};
+use crate::metaslot::{Bound, Cands, Direct, Kept, MetaSession, Op, OpKind, KINDS, OP_KINDS};
 use crate::providers::Provider;
 use crate::OpenCf;
 use opencf_abi::sys::*;
+use opencf_abi::Pinned;
 use opencf_abi::*;
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
@@ -134,6 +133,63 @@ pub fn two_call(mut f: impl FnMut(&mut OutBuf) -> CkResult<()>) -> CkResult<Vec<
     Ok(buf)
 }
 
+/// Where a metaslot call runs: a provider's session, and with it the session object itself
+/// when the provider is the linked-in keystore and lent it ([`MetaSession::ks_pin`]); the
+/// single-part calls and inits that have a pinned form take it, skipping the keystore's own
+/// handle lookup.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    /// The provider.
+    pub p: &'a Provider,
+    /// Its session.
+    pub h: CK_SESSION_HANDLE,
+    /// The same session, pinned.
+    pub pin: Option<&'a Pinned>,
+}
+
+impl At<'_> {
+    /// `C_Encrypt`.
+    #[inline]
+    pub fn encrypt(self, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        match self.pin {
+            Some(pin) => self.p.pinned_encrypt(pin, d, o),
+            None => self.p.encrypt(self.h, d, o),
+        }
+    }
+    /// `C_Decrypt`.
+    #[inline]
+    pub fn decrypt(self, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        match self.pin {
+            Some(pin) => self.p.pinned_decrypt(pin, d, o),
+            None => self.p.decrypt(self.h, d, o),
+        }
+    }
+    /// `C_Sign`.
+    #[inline]
+    pub fn sign(self, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        match self.pin {
+            Some(pin) => self.p.pinned_sign(pin, d, o),
+            None => self.p.sign(self.h, d, o),
+        }
+    }
+    /// `C_Verify`.
+    #[inline]
+    pub fn verify(self, d: &[u8], sig: &[u8]) -> CkResult<()> {
+        match self.pin {
+            Some(pin) => self.p.pinned_verify(pin, d, sig),
+            None => self.p.verify(self.h, d, sig),
+        }
+    }
+    /// `C_Digest`.
+    #[inline]
+    pub fn digest(self, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        match self.pin {
+            Some(pin) => self.p.pinned_digest(pin, d, o),
+            None => self.p.digest(self.h, d, o),
+        }
+    }
+}
+
 /// How a mechanism is routed for one kind of operation, computed at `C_Initialize` (the
 /// providers' mechanism lists and policies do not change while the framework is initialized).
 #[derive(Clone, Debug, Default)]
@@ -142,6 +198,23 @@ pub struct Route {
     pub cands: Cands,
     /// Some candidate has a `min_bytes` threshold: binding waits for the data length.
     pub defer: bool,
+    /// Each candidate's `min_bytes` threshold for the mechanism (`None`: none), in the order
+    /// of [`Route::cands`].
+    pub min: Vec<Option<u64>>,
+}
+
+impl Route {
+    /// Whether candidate `i` takes a single-part input of `len` bytes: its `min_bytes`
+    /// threshold (if any) is at most `len`, or it is the last candidate.
+    pub fn takes_len(&self, i: usize, len: usize) -> bool {
+        i + 1 == self.cands.len() || self.min[i].is_none_or(|min| len as u64 >= min)
+    }
+    /// The first candidate that takes a single-part input of `len` bytes.
+    pub fn first_for_len(&self, len: usize) -> usize {
+        (0..self.cands.len())
+            .find(|&i| self.takes_len(i, len))
+            .unwrap_or(0)
+    }
 }
 
 /// The routes of every mechanism of the metaslot, by kind of operation.
@@ -160,6 +233,7 @@ pub fn routes(
             for (i, p) in provs.iter().enumerate() {
                 if p.mechs.get(&m).is_some_and(|info| info.flags & flag != 0) {
                     r.cands.push(i);
+                    r.min.push(p.cfg.min_bytes(m));
                     r.defer |= p.cfg.min_bytes(m).is_some();
                 }
             }
@@ -375,16 +449,36 @@ impl OpenCf {
         Ok(result.ok())
     }
 
-    /// Calls the init of `kind` in provider `p`.
+    /// Where an operation bound to `b` runs (`pin`: the session's [`MetaSession::ks_pin`]).
+    #[inline]
+    pub fn at<'a>(&'a self, b: &Bound, pin: Option<&'a Pinned>) -> At<'a> {
+        At {
+            p: self.p(b.prov),
+            h: b.h,
+            pin: pin.filter(|_| b.ks),
+        }
+    }
+
+    /// Calls the init of `kind` where `at` says.
     pub fn init_on(
         &self,
         kind: OpKind,
-        p: &Provider,
-        h: CK_SESSION_HANDLE,
+        at: At<'_>,
         mech: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
         extra: &[u8],
     ) -> CkResult<()> {
+        let (p, h) = (at.p, at.h);
+        if let Some(pin) = at.pin {
+            match kind {
+                OpKind::Encrypt => return p.pinned_encrypt_init(pin, mech, key),
+                OpKind::Decrypt => return p.pinned_decrypt_init(pin, mech, key),
+                OpKind::Sign => return p.pinned_sign_init(pin, mech, key),
+                OpKind::Verify => return p.pinned_verify_init(pin, mech, key),
+                OpKind::Digest => return p.pinned_digest_init(pin, mech),
+                _ => {}
+            }
+        }
         match kind {
             OpKind::Encrypt => p.encrypt_init(h, mech, key),
             OpKind::Decrypt => p.decrypt_init(h, mech, key),
@@ -397,13 +491,19 @@ impl OpenCf {
         }
     }
 
-    /// The candidates of mechanism `mt` for `kind` (empty when the metaslot does not offer it).
-    fn cands(&self, mt: CK_MECHANISM_TYPE, kind: OpKind) -> CkResult<&[usize]> {
+    /// The route of mechanism `mt` for `kind` (no candidates when the metaslot does not offer
+    /// it).
+    fn route(&self, mt: CK_MECHANISM_TYPE, kind: OpKind) -> CkResult<&Route> {
+        static NONE: Route = Route {
+            cands: Cands::EMPTY,
+            defer: false,
+            min: Vec::new(),
+        };
         Ok(self
             .meta()?
             .routes
             .get(&mt)
-            .map_or(&[][..], |r| &r[kind as usize].cands[..]))
+            .map_or(&NONE, |r| &r[kind as usize]))
     }
 
     /// Binds `op` to the first candidate from `start` on whose init succeeds. With `len`
@@ -417,21 +517,21 @@ impl OpenCf {
         start: usize,
         len: Option<usize>,
     ) -> CkResult<()> {
-        let cands = self.cands(op.mech, kind)?;
+        let route = self.route(op.mech, kind)?;
         let kept = op.kept.take();
         let bare = Mechanism::new(op.mech);
         let (mech, extra) = match &kept {
             Some(k) => (&k.mech, &k.extra[..]),
             None => (&bare, &[][..]),
         };
-        let r = self.bind_with(ms, kind, op.key, cands, mech.into(), extra, start, len);
+        let r = self.bind_with(ms, kind, op.key, route, mech.into(), extra, start, len);
         op.kept = kept;
         op.bound = Some(r?);
         Ok(())
     }
 
     /// Where an operation on key `key` (if any) with mechanism `mech` and extra init data
-    /// `extra` runs: the first of `cands` from `start` on whose init succeeds (see
+    /// `extra` runs: the first candidate of `route` from `start` on whose init succeeds (see
     /// [`OpenCf::bind`]).
     #[allow(clippy::too_many_arguments)]
     fn bind_with(
@@ -439,7 +539,7 @@ impl OpenCf {
         ms: &mut MetaSession,
         kind: OpKind,
         key: Option<CK_OBJECT_HANDLE>,
-        cands: &[usize],
+        route: &Route,
         mech: MechRef<'_>,
         extra: &[u8],
         start: usize,
@@ -447,8 +547,9 @@ impl OpenCf {
     ) -> CkResult<Bound> {
         let mut last = CKR_MECHANISM_INVALID;
         let mt = mech.mechanism();
+        let cands = &route.cands[..];
         for (i, &prov) in cands.iter().enumerate().skip(start) {
-            if len.is_some_and(|len| !self.takes_len(cands, i, mt, len)) {
+            if len.is_some_and(|len| !route.takes_len(i, len)) {
                 continue;
             }
             let h = match self.session_in(ms, prov) {
@@ -473,15 +574,17 @@ impl OpenCf {
                     Err(e) => return Err(e),
                 },
             };
-            match self.init_on(kind, self.p(prov), h, mech, pkey, extra) {
+            let b = Bound {
+                idx: i,
+                prov,
+                h,
+                ks: prov == self.meta()?.keystore,
+                counters: None,
+            };
+            match self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pkey, extra) {
                 Ok(()) => {
                     let counters = self.providers[prov].stats.map(|s| ms.counters(prov, mt, s));
-                    return Ok(Bound {
-                        idx: i,
-                        prov,
-                        h,
-                        counters,
-                    });
+                    return Ok(Bound { counters, ..b });
                 }
                 Err(e) if recoverable(e) => {
                     self.left(prov, mt, e, i + 1 < cands.len());
@@ -493,25 +596,9 @@ impl OpenCf {
         Err(last)
     }
 
-    /// Whether candidate `i` of `cands` takes a single-part input of `len` bytes for mechanism
-    /// `mt`: its `min_bytes` threshold (if any) is at most `len`, or it is the last candidate.
-    fn takes_len(&self, cands: &[usize], i: usize, mt: CK_MECHANISM_TYPE, len: usize) -> bool {
-        i + 1 == cands.len()
-            || self.providers[cands[i]]
-                .cfg
-                .min_bytes(mt)
-                .is_none_or(|min| len as u64 >= min)
-    }
-
-    /// The first of `cands` that takes a single-part input of `len` bytes (see
-    /// [`OpenCf::takes_len`]).
-    fn first_for_len(&self, cands: &[usize], mt: CK_MECHANISM_TYPE, len: usize) -> usize {
-        (0..cands.len())
-            .find(|&i| self.takes_len(cands, i, mt, len))
-            .unwrap_or(0)
-    }
-
-    /// A metaslot `C_*Init`.
+    /// A metaslot `C_*Init`. The common case — the session's last binding of this mechanism
+    /// went straight to the keystore ([`MetaSession::direct`]) — is kept short, the rest is
+    /// [`OpenCf::meta_init_routed`].
     pub fn meta_init(
         &self,
         m: &opencf_abi::sync::SessionLock<MetaSession>,
@@ -521,25 +608,59 @@ impl OpenCf {
         extra: &[u8],
     ) -> CkResult<()> {
         let mut ms = m.lock();
+        let mt = mech.mechanism();
+        match ms.direct[kind as usize] {
+            Some(d) if d.mech == mt && ms.ops[kind as usize].is_none() => {
+                // As `bind_with` over that candidate, without looking the route up.
+                let at = self.at(&d.b, ms.ks_pin.as_ref());
+                let key_h = key.unwrap_or(0);
+                let r = if d.eager {
+                    let kept = Box::new(Kept {
+                        mech: mech.to_mechanism()?,
+                        extra: extra.to_vec(),
+                    });
+                    self.init_on(kind, at, (&kept.mech).into(), key_h, extra)
+                        .map(|()| Op {
+                            bound: Some(d.b),
+                            eager: true,
+                            ..Op::new(mt, key, Some(kept))
+                        })
+                } else {
+                    self.init_on(kind, at, mech, key_h, extra)
+                        .map(|()| Op::bound_to(mt, key, d.b))
+                };
+                match r {
+                    Ok(op) => {
+                        ms.ops[kind as usize] = Some(op);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        if recoverable(e) {
+                            self.left(d.b.prov, mt, e, false);
+                        }
+                        Err(e)
+                    }
+                }
+            }
+            _ => self.meta_init_routed(&mut ms, kind, mech, key, extra),
+        }
+    }
+
+    /// A metaslot `C_*Init` through the mechanism's route: binding, or keeping what a later
+    /// binding needs.
+    #[inline(never)]
+    fn meta_init_routed(
+        &self,
+        ms: &mut MetaSession,
+        kind: OpKind,
+        mech: MechRef<'_>,
+        key: Option<CK_OBJECT_HANDLE>,
+        extra: &[u8],
+    ) -> CkResult<()> {
         if ms.ops[kind as usize].is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
         let mt = mech.mechanism();
-        if let Some((dm, b)) = ms.direct[kind as usize] {
-            if dm == mt {
-                // As `bind_with` over the single candidate, without looking the route up.
-                if let Err(e) =
-                    self.init_on(kind, self.p(b.prov), b.h, mech, key.unwrap_or(0), extra)
-                {
-                    if recoverable(e) {
-                        self.left(b.prov, mt, e, false);
-                    }
-                    return Err(e);
-                }
-                ms.ops[kind as usize] = Some(Op::bound_to(mt, key, b));
-                return Ok(());
-            }
-        }
         let route = match self.meta()?.routes.get(&mt) {
             Some(r) if !r[kind as usize].cands.is_empty() => &r[kind as usize],
             _ => return Err(CKR_MECHANISM_INVALID),
@@ -547,9 +668,13 @@ impl OpenCf {
         let cands = &route.cands[..];
         if !route.defer && cands.len() == 1 {
             // Nothing to keep: the caller's mechanism goes to the provider as it came.
-            let b = self.bind_with(&mut ms, kind, key, cands, mech, extra, 0, None)?;
-            if b.prov == self.meta()?.keystore {
-                ms.direct[kind as usize] = Some((mt, b));
+            let b = self.bind_with(ms, kind, key, route, mech, extra, 0, None)?;
+            if b.ks {
+                ms.direct[kind as usize] = Some(Direct {
+                    mech: mt,
+                    b,
+                    eager: false,
+                });
             }
             ms.ops[kind as usize] = Some(Op::bound_to(mt, key, b));
             return Ok(());
@@ -561,16 +686,26 @@ impl OpenCf {
         };
         let mut op = Op::new(mt, key, Some(Box::new(kept)));
         if !route.defer {
-            self.bind(&mut ms, kind, &mut op, 0, None)?;
+            self.bind(ms, kind, &mut op, 0, None)?;
         } else {
             // A threshold applies, but binding now costs nothing when the candidate for the
             // smallest input can cancel the operation (`C_SessionCancel`, 3.0) should a larger
             // input belong to an earlier candidate: errors then come from the init, as without
             // a threshold, and small operations take the direct path.
-            let small = self.first_for_len(cands, mt, 0);
+            let small = route.first_for_len(0);
             if self.p(cands[small]).has_v3() {
-                self.bind(&mut ms, kind, &mut op, small, Some(0))?;
+                self.bind(ms, kind, &mut op, small, Some(0))?;
                 op.eager = true;
+                match op.bound {
+                    Some(b) if b.ks && b.idx + 1 == cands.len() => {
+                        ms.direct[kind as usize] = Some(Direct {
+                            mech: mt,
+                            b,
+                            eager: true,
+                        });
+                    }
+                    _ => {}
+                }
             } else if let Some(k) = key {
                 // Bind when the data length is known; check the key now.
                 let ks = self.p(self.meta()?.keystore);
@@ -584,16 +719,58 @@ impl OpenCf {
 
     /// A metaslot single-part call (`C_Encrypt`, `C_Sign`, …) of `len` input bytes. `query`:
     /// the output buffer is NULL, so an `Ok` leaves the operation active. A recoverable error
-    /// re-runs the whole operation on the next candidate.
+    /// re-runs the whole operation on the next candidate. The common case — an operation bound
+    /// at init that no threshold may move, and no error — is kept short; binding, moving and
+    /// failover are in [`OpenCf::meta_single_routed`].
     pub fn meta_single(
         &self,
         m: &opencf_abi::sync::SessionLock<MetaSession>,
         kind: OpKind,
         len: usize,
         query: bool,
-        mut f: impl FnMut(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
+        mut f: impl FnMut(At<'_>) -> CkResult<()>,
     ) -> CkResult<()> {
         let mut ms = m.lock();
+        let ms = &mut *ms;
+        let bound = match &ms.ops[kind as usize] {
+            Some(op) if !op.eager => op.bound,
+            _ => None,
+        };
+        let Some(b) = bound else {
+            return self.meta_single_routed(ms, kind, len, query, &mut f, None);
+        };
+        let t0 = ms.timing(&b, query);
+        let r = f(self.at(&b, ms.ks_pin.as_ref()));
+        match r {
+            // The operation stays active: a size query, or a buffer too small.
+            Ok(()) if query => r,
+            Err(CKR_BUFFER_TOO_SMALL) => r,
+            Err(e) if recoverable(e) => {
+                self.meta_single_routed(ms, kind, len, query, &mut f, Some((b, e)))
+            }
+            r => {
+                ran(b.counters, &r, len as u64, t0);
+                ms.ops[kind as usize] = None;
+                r
+            }
+        }
+    }
+
+    /// A single-part call that binds (or moves) its operation first, or whose provider
+    /// `failure` names has just failed with a recoverable error: the next candidate, if any,
+    /// then re-runs the whole operation. An operation waiting for the data length is bound
+    /// now; one bound at init for the smallest input moves to an earlier candidate whose
+    /// threshold the input reaches.
+    #[inline(never)]
+    fn meta_single_routed(
+        &self,
+        ms: &mut MetaSession,
+        kind: OpKind,
+        len: usize,
+        query: bool,
+        f: &mut impl FnMut(At<'_>) -> CkResult<()>,
+        mut failure: Option<(Bound, CK_RV)>,
+    ) -> CkResult<()> {
         // Where the next binding starts, and the error that made it necessary (failover).
         let mut start = 0;
         let mut failed = None;
@@ -603,8 +780,20 @@ impl OpenCf {
             let op = msr.ops[kind as usize]
                 .as_mut()
                 .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+            if let Some((b, e)) = failure.take() {
+                if b.idx + 1 == self.route(op.mech, kind)?.cands.len() {
+                    // No candidate left: the caller gets the provider's error.
+                    ran(b.counters, &Err(e), len as u64, None);
+                    msr.ops[kind as usize] = None;
+                    return Err(e);
+                }
+                self.left(b.prov, op.mech, e, true);
+                op.bound = None;
+                start = b.idx + 1;
+                failed = Some(e);
+            }
             if let (true, Some(b)) = (op.eager, op.bound) {
-                let want = self.first_for_len(self.cands(op.mech, kind)?, op.mech, len);
+                let want = self.route(op.mech, kind)?.first_for_len(len);
                 // The input reaches an earlier candidate's threshold: move the operation
                 // (if the provider cannot cancel, it runs where it is).
                 if want < b.idx && self.p(b.prov).session_cancel(b.h, kind.flag()).is_ok() {
@@ -617,26 +806,18 @@ impl OpenCf {
                 // Bound for this input now, not for the smallest one.
                 op.eager = false;
                 // No candidate left after a failover: the caller gets the provider's error.
-                self.bind(&mut ms, kind, &mut op, start, Some(len))
+                self.bind(ms, kind, &mut op, start, Some(len))
                     .map_err(|e| failed.unwrap_or(e))?;
                 ms.ops[kind as usize] = Some(op);
                 continue;
             };
-            msr.calls = msr.calls.wrapping_add(1);
-            let t0 = (msr.calls.is_multiple_of(LATENCY_SAMPLE) && !query && b.counters.is_some())
-                .then(std::time::Instant::now);
-            let r = f(self.p(b.prov), b.h);
+            let t0 = msr.timing(&b, query);
+            let r = f(self.at(&b, msr.ks_pin.as_ref()));
             match r {
                 // The operation stays active: a size query, or a buffer too small.
                 Ok(()) if query => return r,
                 Err(CKR_BUFFER_TOO_SMALL) => return r,
-                // The next candidate re-runs the whole operation.
-                Err(e) if recoverable(e) && b.idx + 1 < self.cands(op.mech, kind)?.len() => {
-                    self.left(b.prov, op.mech, e, true);
-                    op.bound = None;
-                    start = b.idx + 1;
-                    failed = Some(e);
-                }
+                Err(e) if recoverable(e) => failure = Some((b, e)),
                 r => {
                     ran(b.counters, &r, len as u64, t0);
                     msr.ops[kind as usize] = None;

@@ -22,7 +22,7 @@ impl OpenCf {
             let m = self.meta()?;
             let ks = self.p(m.keystore).open_session(m.ks_slot, flags)?;
             return Ok(self.sessions.insert(Sess::Meta(Box::new(SessionLock::new(
-                MetaSession::new(flags, ks),
+                MetaSession::new(flags, ks, self.p(m.keystore).pin_session(ks)),
             )))));
         }
         let (prov, ps) = self.provider_slot(slot)?;

@@ -50,7 +50,7 @@ impl OpenCf {
     pub fn sign(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.sign(h, d, o), |m| {
             let q = o.is_query();
-            self.meta_single(m, OpKind::Sign, d.len(), q, |p, h| p.sign(h, d, &mut *o))
+            self.meta_single(m, OpKind::Sign, d.len(), q, |at| at.sign(d, &mut *o))
         })
     }
     /// `C_SignUpdate`.
@@ -72,17 +72,15 @@ impl OpenCf {
     pub fn sign_recover(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.sign_recover(h, d, o), |m| {
             let q = o.is_query();
-            self.meta_single(m, OpKind::SignRecover, d.len(), q, |p, h| {
-                p.sign_recover(h, d, &mut *o)
+            self.meta_single(m, OpKind::SignRecover, d.len(), q, |at| {
+                at.p.sign_recover(at.h, d, &mut *o)
             })
         })
     }
     /// `C_Verify`.
     pub fn verify(&self, s: CK_SESSION_HANDLE, d: &[u8], sig: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify(h, d, sig), |m| {
-            self.meta_single(m, OpKind::Verify, d.len(), false, |p, h| {
-                p.verify(h, d, sig)
-            })
+            self.meta_single(m, OpKind::Verify, d.len(), false, |at| at.verify(d, sig))
         })
     }
     /// `C_VerifyUpdate`.
@@ -105,8 +103,8 @@ impl OpenCf {
     pub fn verify_recover(&self, s: CK_SESSION_HANDLE, sig: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify_recover(h, sig, o), |m| {
             let q = o.is_query();
-            self.meta_single(m, OpKind::VerifyRecover, sig.len(), q, |p, h| {
-                p.verify_recover(h, sig, &mut *o)
+            self.meta_single(m, OpKind::VerifyRecover, sig.len(), q, |at| {
+                at.p.verify_recover(at.h, sig, &mut *o)
             })
         })
     }
@@ -131,8 +129,8 @@ impl OpenCf {
     /// `C_VerifySignature`.
     pub fn verify_signature(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify_signature(h, d), |m| {
-            self.meta_single(m, OpKind::VerifySignature, d.len(), false, |p, h| {
-                p.verify_signature(h, d)
+            self.meta_single(m, OpKind::VerifySignature, d.len(), false, |at| {
+                at.p.verify_signature(at.h, d)
             })
         })
     }

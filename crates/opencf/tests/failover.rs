@@ -588,6 +588,23 @@ fn threshold_binds_at_init_and_moves_large_inputs() {
     let c2 = s.encrypt(&Mechanism::AesEcb, k.aes, &long).unwrap();
     assert_eq!(c2, c, "AES-ECB is deterministic");
     assert_eq!(ops("faulty") - f0, 3);
+    // Repeated inits of the mechanism take the session's remembered binding (the software
+    // token, last candidate and the one for small inputs) and still keep the parameter, so
+    // each input goes where it belongs, in any order.
+    for round in 0..3 {
+        let (f1, s1) = (ops("faulty"), ops("softtoken"));
+        assert_eq!(s.encrypt(&Mechanism::AesEcb, k.aes, &long).unwrap(), c);
+        assert_eq!(
+            s.encrypt(&Mechanism::AesEcb, k.aes, &short).unwrap().len(),
+            16
+        );
+        assert_eq!(s.encrypt(&Mechanism::AesEcb, k.aes, &long).unwrap(), c);
+        assert_eq!(
+            (ops("faulty") - f1, ops("softtoken") - s1),
+            (2, 1),
+            "round {round}: the long inputs moved, the short one stayed"
+        );
+    }
     // Binding at init: a key the operation may not use is refused by C_EncryptInit itself.
     let no_encrypt = s
         .generate_key(

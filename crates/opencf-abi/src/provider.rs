@@ -1201,15 +1201,13 @@ macro_rules! init_fns {
                     key: CK_OBJECT_HANDLE,
                 ) -> CkResult<()> {
                     let mech = mech.into();
-                    linked!(self, |b| match mech {
+                    linked!(self, |b| {
                         // The backend's `*_raw` method where it has one (it parses the
                         // structure itself), else the parsed mechanism.
-                        #[allow(unreachable_code)]
-                        MechRef::Raw(r) => {
-                            $(return b.$raw(s, r, key);)?
-                            b.$name(s, &r.parse()?, key)
-                        }
-                        MechRef::Parsed(m) => b.$name(s, m, key),
+                        $(if let MechRef::Raw(r) = mech {
+                            return b.$raw(s, r, key);
+                        })?
+                        with_parsed(mech, |m| b.$name(s, m, key))
                     });
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module; a mechanism valid for the call.
@@ -1429,10 +1427,8 @@ impl Provider {
         sig: &[u8],
     ) -> CkResult<()> {
         let mech = mech.into();
-        linked!(self, |b| match mech {
-            MechRef::Raw(r) => b.verify_signature_init(s, &r.parse()?, key, sig),
-            MechRef::Parsed(m) => b.verify_signature_init(s, m, key, sig),
-        });
+        linked!(self, |b| with_parsed(mech, |m| b
+            .verify_signature_init(s, m, key, sig)));
         let f = func!(self.C_VerifySignatureInit);
         with_mechanism(mech, |m| {
             // SAFETY: a function of the loaded module; a mechanism valid for the call and an

@@ -85,7 +85,9 @@ fn step(
 }
 
 impl SoftToken {
-    fn cipher_init(
+    /// `C_EncryptInit` (`encrypt`) or `C_DecryptInit` on a session already found (by handle,
+    /// or pinned by the framework).
+    pub fn cipher_init(
         &self,
         sess: &Session,
         mech: &Mechanism,
@@ -137,25 +139,23 @@ impl SoftToken {
         self.cipher_init(&*self.session(s)?, mech, key, true)
     }
 
-    /// `C_EncryptInit` on a session already found (a pinned one, or by handle).
-    pub fn encrypt_init_in(
-        &self,
-        sess: &Session,
-        mech: &Mechanism,
-        key: CK_OBJECT_HANDLE,
-    ) -> CkResult<()> {
-        self.cipher_init(sess, mech, key, true)
-    }
-
     /// `C_Encrypt`.
     pub fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        self.encrypt_in(&*self.session(s)?, data, out)
+        self.cipher_one_shot(&*self.session(s)?, true, data, out)
     }
 
-    /// `C_Encrypt` on a session already found.
-    pub fn encrypt_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    /// `C_Encrypt` (`encrypt`) or `C_Decrypt` on a session already found.
+    pub fn cipher_one_shot(
+        &self,
+        sess: &Session,
+        encrypt: bool,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
         let mut st = sess.lock();
-        step(&mut st, true, true, out, |op, out| op.one_shot(data, out))
+        step(&mut st, encrypt, true, out, |op, out| {
+            op.one_shot(data, out)
+        })
     }
 
     /// `C_EncryptUpdate`.
@@ -187,25 +187,9 @@ impl SoftToken {
         self.cipher_init(&*self.session(s)?, mech, key, false)
     }
 
-    /// `C_DecryptInit` on a session already found.
-    pub fn decrypt_init_in(
-        &self,
-        sess: &Session,
-        mech: &Mechanism,
-        key: CK_OBJECT_HANDLE,
-    ) -> CkResult<()> {
-        self.cipher_init(sess, mech, key, false)
-    }
-
     /// `C_Decrypt`.
     pub fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        self.decrypt_in(&*self.session(s)?, data, out)
-    }
-
-    /// `C_Decrypt` on a session already found.
-    pub fn decrypt_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        let mut st = sess.lock();
-        step(&mut st, false, true, out, |op, out| op.one_shot(data, out))
+        self.cipher_one_shot(&*self.session(s)?, false, data, out)
     }
 
     /// `C_DecryptUpdate`.

@@ -228,10 +228,10 @@ impl Backend for SoftToken {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.encrypt_init_in(self.pinned(p)?, m, k)
+        self.cipher_init(self.pinned(p)?, m, k, true)
     }
     fn pinned_encrypt(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
-        self.encrypt_in(self.pinned(p)?, d, o)
+        self.cipher_one_shot(self.pinned(p)?, true, d, o)
     }
     fn pinned_decrypt_init(
         &self,
@@ -239,10 +239,10 @@ impl Backend for SoftToken {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.decrypt_init_in(self.pinned(p)?, m, k)
+        self.cipher_init(self.pinned(p)?, m, k, false)
     }
     fn pinned_decrypt(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
-        self.decrypt_in(self.pinned(p)?, d, o)
+        self.cipher_one_shot(self.pinned(p)?, false, d, o)
     }
     fn pinned_sign_init(
         &self,

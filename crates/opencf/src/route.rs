@@ -196,14 +196,16 @@ impl At<'_> {
 pub struct Route {
     /// Candidate providers, in config order.
     pub cands: Cands,
-    /// Some candidate has a `min_bytes` threshold: binding waits for the data length.
-    pub defer: bool,
     /// Each candidate's `min_bytes` threshold for the mechanism (`None`: none), in the order
     /// of [`Route::cands`].
     pub min: Vec<Option<u64>>,
 }
 
 impl Route {
+    /// Some candidate has a `min_bytes` threshold: binding waits for the data length.
+    pub fn defer(&self) -> bool {
+        self.min.iter().any(Option::is_some)
+    }
     /// Whether candidate `i` takes a single-part input of `len` bytes: its `min_bytes`
     /// threshold (if any) is at most `len`, or it is the last candidate.
     pub fn takes_len(&self, i: usize, len: usize) -> bool {
@@ -234,7 +236,6 @@ pub fn routes(
                 if p.mechs.get(&m).is_some_and(|info| info.flags & flag != 0) {
                     r.cands.push(i);
                     r.min.push(p.cfg.min_bytes(m));
-                    r.defer |= p.cfg.min_bytes(m).is_some();
                 }
             }
             r
@@ -496,7 +497,6 @@ impl OpenCf {
     fn route(&self, mt: CK_MECHANISM_TYPE, kind: OpKind) -> CkResult<&Route> {
         static NONE: Route = Route {
             cands: Cands::EMPTY,
-            defer: false,
             min: Vec::new(),
         };
         Ok(self
@@ -666,7 +666,8 @@ impl OpenCf {
             _ => return Err(CKR_MECHANISM_INVALID),
         };
         let cands = &route.cands[..];
-        if !route.defer && cands.len() == 1 {
+        let defer = route.defer();
+        if !defer && cands.len() == 1 {
             // Nothing to keep: the caller's mechanism goes to the provider as it came.
             let b = self.bind_with(ms, kind, key, route, mech, extra, 0, None)?;
             if b.ks {
@@ -685,7 +686,7 @@ impl OpenCf {
             extra: extra.to_vec(),
         };
         let mut op = Op::new(mt, key, Some(Box::new(kept)));
-        if !route.defer {
+        if !defer {
             self.bind(ms, kind, &mut op, 0, None)?;
         } else {
             // A threshold applies, but binding now costs nothing when the candidate for the

@@ -218,10 +218,10 @@ impl Scheduler {
 /// engine wins from `t_pass / t_openssl` requests per pass, per worker; `tests/threshold.rs`
 /// measures both (docs/ACCEL.md). On the reference machine (2-core Xeon VM, OpenSSL 3.6,
 /// which itself runs the two CRT halves of one request together with AVX-512 IFMA) that ratio
-/// is 4.2 for RSA-2048, 5.5 for 3072 and 6.7 for 4096: above the four requests a full pass
-/// holds, so every request runs with OpenSSL. `$OPENCF_ACCEL_BATCH=N` (read at each request)
-/// sets the threshold to `N` requests in flight for every size (`1`: every request goes to
-/// the engine), for tests and for CPUs where the engine wins.
+/// is 1.6 for RSA-2048, 2.2 for 3072 and 3.0 for 4096, so the thresholds are the next whole
+/// number of requests per pass: 2, 3 and 4 per worker. `$OPENCF_ACCEL_BATCH=N` (read at
+/// each request) sets the threshold to `N` requests in flight for every size (`1`: every
+/// request goes to the engine), for tests and for other CPUs.
 pub fn batch_threshold(bits: usize) -> Option<usize> {
     if let Some(n) = std::env::var("OPENCF_ACCEL_BATCH")
         .ok()
@@ -239,9 +239,9 @@ pub fn batch_threshold(bits: usize) -> Option<usize> {
 
 /// Requests per pass from which the engine beats OpenSSL, by modulus size (see
 /// [`batch_threshold`]; `None`: not even with all eight lanes filled).
-const THRESHOLD_2048: Option<usize> = None;
-const THRESHOLD_3072: Option<usize> = None;
-const THRESHOLD_4096: Option<usize> = None;
+const THRESHOLD_2048: Option<usize> = Some(2);
+const THRESHOLD_3072: Option<usize> = Some(3);
+const THRESHOLD_4096: Option<usize> = Some(4);
 
 /// Takes the next batch: the oldest half and up to `LANES − 1` more of its prime size.
 fn take_batch(items: &mut VecDeque<Half>) -> Vec<Half> {

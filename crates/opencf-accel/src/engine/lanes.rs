@@ -12,6 +12,14 @@
 //! one lane per exponentiation. All control flow and every memory index depend only on the
 //! shape of the pass (limb count, window count), never on the lanes' values: the table lookup
 //! reads every entry and keeps the wanted one with a lane mask.
+//!
+//! The limb count is a constant of each instantiation (`L` = 20, 30 and 40 for the primes of
+//! RSA-2048, -3072 and -4096), so the loops over limbs unroll and, for `L = 20`, the running
+//! sum of a multiplication stays in registers (20 of the 32 vector registers). Each step
+//! writes the running sum's limbs one place down as it computes them, so the shift of the
+//! Montgomery reduction costs no copy. Squarings, most of an exponentiation, compute each
+//! cross product once. Every limb of a running sum collects at most `4L` products of 52 bits
+//! and stays below 2^60, so no carry is propagated until the end.
 
 /// Generates `pub(super) fn run(&Pass) -> Vec<[u64; 8]>` and its helpers, each with the
 /// given attributes (the target features of the instruction set).
@@ -21,19 +29,15 @@ macro_rules! lane_engine {
 
         $(#[$attr])*
         #[inline]
-        fn load(a: &[[u64; 8]]) -> Vec<V> {
-            let mut out = Vec::with_capacity(a.len());
-            for x in a {
-                out.push(lanes(*x));
-            }
-            out
+        fn load<const L: usize>(a: &[[u64; 8]]) -> [V; L] {
+            core::array::from_fn(|j| lanes(a[j]))
         }
 
         /// Carry propagation: every limb below 2^52. The carry out of the top limb is zero by
         /// the bounds of the callers (values below 2^(52·limbs)).
         $(#[$attr])*
         #[inline]
-        fn normalize(x: &mut [V]) {
+        fn normalize<const L: usize>(x: &mut [V; L]) {
             let mask = splat(MASK52);
             let mut carry = zero();
             for v in x.iter_mut() {
@@ -43,107 +47,164 @@ macro_rules! lane_engine {
             }
         }
 
-        /// Almost Montgomery multiplication: `out = a·b·R⁻¹ mod m`, `R = 2^(52·l)`, with
-        /// `out < 2m` for `a, b < 4m` (the limb count gives `R ≥ 16m`). `acc` has `l + 1`
-        /// limbs of scratch.
+        /// The sum of the low (`HIGH = false`) or high halves of the cross products
+        /// `a_i·a_j`, `i < j`, `i + j = d`, in two chains (two products a step).
         $(#[$attr])*
         #[inline]
-        fn amm(a: &[V], b: &[V], m: &[V], k0: V, acc: &mut [V], out: &mut [V]) {
-            let l = m.len();
-            for x in acc.iter_mut() {
-                *x = zero();
+        fn cross<const L: usize, const HIGH: bool>(a: &[V; L], d: usize) -> V {
+            let madd = |s, x, y| if HIGH { madd_hi(s, x, y) } else { madd_lo(s, x, y) };
+            let (mut s0, mut s1) = (zero(), zero());
+            let (mut i, end) = (d.saturating_sub(L - 1), d.div_ceil(2));
+            while i + 1 < end {
+                s0 = madd(s0, a[i], a[d - i]);
+                s1 = madd(s1, a[i + 1], a[d - i - 1]);
+                i += 2;
             }
-            for i in 0..l {
-                let bi = b[i];
-                for j in 0..l {
-                    acc[j] = madd_lo(acc[j], a[j], bi);
-                    acc[j + 1] = madd_hi(acc[j + 1], a[j], bi);
-                }
-                // y = acc[0]·(−m⁻¹) mod 2^52: adding y·m clears the low limb.
-                let y = madd_lo(zero(), acc[0], k0);
-                for j in 0..l {
-                    acc[j] = madd_lo(acc[j], m[j], y);
-                    acc[j + 1] = madd_hi(acc[j + 1], m[j], y);
-                }
-                acc[1] = add(acc[1], srl52(acc[0]));
-                for j in 0..l {
-                    acc[j] = acc[j + 1];
-                }
-                acc[l] = zero();
+            if i < end {
+                s0 = madd(s0, a[i], a[d - i]);
             }
-            out.copy_from_slice(&acc[..l]);
-            normalize(out);
+            add(s0, s1)
         }
 
-        /// Lane-wise constant-time lookup: lane `i` of `out` gets entry `idx_i` of `table`
-        /// (entries of `l` limbs). Every entry is read.
+        /// Column `c` of the square of `a` (`0 ≤ c < 2L`), not yet carried: the low halves
+        /// of the products `a_i·a_j` with `i + j = c` and the high halves of those with
+        /// `i + j = c − 1`, each cross product (`i ≠ j`) computed once and doubled. The
+        /// products are summed in four chains (two a step, low and high apart), not one.
         $(#[$attr])*
         #[inline]
-        fn select(table: &[V], l: usize, idx: V, out: &mut [V]) {
-            for x in out.iter_mut() {
-                *x = zero();
+        fn square_column<const L: usize>(a: &[V; L], c: usize) -> V {
+            let high = if c > 0 { cross::<L, true>(a, c - 1) } else { zero() };
+            let mut s = add(cross::<L, false>(a, c), high);
+            s = add(s, s);
+            if c % 2 == 0 {
+                s = madd_lo(s, a[c / 2], a[c / 2]);
+            } else {
+                s = madd_hi(s, a[c / 2], a[c / 2]);
             }
-            for t in 0..table.len() / l {
+            s
+        }
+
+        /// Almost Montgomery multiplication: `out = a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below
+        /// `2m` for `a, b < 4m` (the limb count gives `R ≥ 16m`), every limb below 2^52.
+        ///
+        /// Operand scanning: `acc` holds limbs `i..i+L` of the running sum; step `i` adds
+        /// `a·b_i` and `y·m` with `y = acc_0·(−m⁻¹) mod 2^52`, which clears the low limb, and
+        /// writes each new limb one place down, so the shift costs no extra moves.
+        $(#[$attr])*
+        #[inline]
+        fn amm<const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
+            let mut acc = [zero(); L];
+            for i in 0..L {
+                let bi = b[i];
+                let t = madd_lo(acc[0], a[0], bi);
+                let y = madd_lo(zero(), t, k0);
+                let mut carry = srl52(madd_lo(t, m[0], y));
+                for j in 1..L {
+                    let mut t = madd_lo(acc[j], a[j], bi);
+                    t = madd_hi(t, a[j - 1], bi);
+                    t = madd_lo(t, m[j], y);
+                    t = madd_hi(t, m[j - 1], y);
+                    acc[j - 1] = add(t, carry);
+                    carry = zero();
+                }
+                acc[L - 1] = madd_hi(madd_hi(zero(), a[L - 1], bi), m[L - 1], y);
+            }
+            normalize(&mut acc);
+            *out = acc;
+        }
+
+        /// Almost Montgomery squaring: `out = a²·R⁻¹ mod m`, as [`amm`]`(a, a)`. The
+        /// square's columns ([`square_column`]) enter the running sum as the reduction
+        /// reaches them.
+        $(#[$attr])*
+        #[inline]
+        fn ams<const L: usize>(a: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
+            let mut acc: [V; L] = core::array::from_fn(|c| square_column(a, c));
+            for i in 0..L {
+                let y = madd_lo(zero(), acc[0], k0);
+                let mut carry = srl52(madd_lo(acc[0], m[0], y));
+                for j in 1..L {
+                    let mut t = madd_lo(acc[j], m[j], y);
+                    t = madd_hi(t, m[j - 1], y);
+                    acc[j - 1] = add(t, carry);
+                    carry = zero();
+                }
+                acc[L - 1] = madd_hi(square_column(a, L + i), m[L - 1], y);
+            }
+            normalize(&mut acc);
+            *out = acc;
+        }
+
+        /// Lane-wise constant-time lookup: lane `i` of the result gets entry `idx_i` of
+        /// `table`. Every entry is read.
+        $(#[$attr])*
+        #[inline]
+        fn select<const L: usize>(table: &[[V; L]], idx: V, out: &mut [V; L]) {
+            *out = [zero(); L];
+            for (t, entry) in table.iter().enumerate() {
                 let hit = eq_mask(idx, t as u64);
-                for j in 0..l {
-                    out[j] = blend(hit, out[j], table[t * l + j]);
+                for j in 0..L {
+                    out[j] = blend(hit, out[j], entry[j]);
                 }
             }
+        }
+
+        /// [`run`] for `L` limbs.
+        $(#[$attr])*
+        fn run_l<const L: usize>(p: &Pass) -> Vec<[u64; 8]> {
+            let m: [V; L] = load(&p.m);
+            let k0 = lanes(p.k0);
+            let rr: [V; L] = load(&p.rr);
+            let rrr: [V; L] = load(&p.rrr);
+            let lo: [V; L] = load(&p.lo);
+            let hi: [V; L] = load(&p.hi);
+            // The base in Montgomery form: (lo + hi·R)·R = amm(lo, R²) + amm(hi, R³) < 4m.
+            let mut x = [zero(); L];
+            let mut t = [zero(); L];
+            amm(&lo, &rr, &m, k0, &mut x);
+            amm(&hi, &rrr, &m, k0, &mut t);
+            for j in 0..L {
+                x[j] = add(x[j], t[j]);
+            }
+            normalize(&mut x);
+            let mut one = [zero(); L];
+            one[0] = splat(1);
+            // table[i] = x^i in Montgomery form; table[0] = R mod m = amm(R², 1).
+            let mut table = vec![[zero(); L]; 1 << WINDOW];
+            amm(&rr, &one, &m, k0, &mut table[0]);
+            table[1] = x;
+            for i in 2..1 << WINDOW {
+                let (done, rest) = table.split_at_mut(i);
+                amm(&done[i - 1], &x, &m, k0, &mut rest[0]);
+            }
+            // Fixed windows, most significant first; `r` and `s` take turns as the result.
+            let (mut r, mut s) = (&mut [zero(); L], &mut [zero(); L]);
+            select(&table, lanes(p.windows[0]), r);
+            for w in &p.windows[1..] {
+                for _ in 0..WINDOW {
+                    ams(r, &m, k0, s);
+                    core::mem::swap(&mut r, &mut s);
+                }
+                select(&table, lanes(*w), &mut t);
+                amm(r, &t, &m, k0, s);
+                core::mem::swap(&mut r, &mut s);
+            }
+            // Out of Montgomery form: amm(r, 1) ≤ m.
+            amm(r, &one, &m, k0, s);
+            s.iter().map(|v| unlanes(*v)).collect()
         }
 
         /// Eight modular exponentiations of the same shape: lane `i` computes
         /// `base_i^exp_i mod m_i`, in `[0, m_i]` (the caller subtracts `m_i` once, in
-        /// constant time, to reduce fully).
+        /// constant time, to reduce fully). The limb count must be 20, 30 or 40.
         $(#[$attr])*
         pub(super) fn run(p: &Pass) -> Vec<[u64; 8]> {
-            let l = p.limbs;
-            let m = load(&p.m);
-            let k0 = lanes(p.k0);
-            let rr = load(&p.rr);
-            let rrr = load(&p.rrr);
-            let lo = load(&p.lo);
-            let hi = load(&p.hi);
-            let mut acc = vec![zero(); l + 1];
-            let mut x = vec![zero(); l];
-            let mut t = vec![zero(); l];
-            let mut s = vec![zero(); l];
-            // The base in Montgomery form: (lo + hi·R)·R = amm(lo, R²) + amm(hi, R³) < 4m.
-            amm(&lo, &rr, &m, k0, &mut acc, &mut x);
-            amm(&hi, &rrr, &m, k0, &mut acc, &mut t);
-            for j in 0..l {
-                x[j] = add(x[j], t[j]);
+            match p.limbs {
+                20 => run_l::<20>(p),
+                30 => run_l::<30>(p),
+                40 => run_l::<40>(p),
+                l => panic!("no lane engine for {l} limbs"),
             }
-            normalize(&mut x);
-            let size = 1usize << WINDOW;
-            let mut one = vec![zero(); l];
-            one[0] = splat(1);
-            let mut table = vec![zero(); size * l];
-            // table[i] = x^i in Montgomery form; table[0] = R mod m = amm(R², 1).
-            amm(&rr, &one, &m, k0, &mut acc, &mut table[..l]);
-            table[l..2 * l].copy_from_slice(&x);
-            for i in 2..size {
-                let (done, rest) = table.split_at_mut(i * l);
-                amm(&done[(i - 1) * l..], &x, &m, k0, &mut acc, &mut rest[..l]);
-            }
-            // Fixed windows, most significant first.
-            let mut r = vec![zero(); l];
-            select(&table, l, lanes(p.windows[0]), &mut r);
-            for w in &p.windows[1..] {
-                for _ in 0..WINDOW {
-                    amm(&r, &r, &m, k0, &mut acc, &mut s);
-                    core::mem::swap(&mut r, &mut s);
-                }
-                select(&table, l, lanes(*w), &mut t);
-                amm(&r, &t, &m, k0, &mut acc, &mut s);
-                core::mem::swap(&mut r, &mut s);
-            }
-            // Out of Montgomery form: amm(r, 1) ≤ m.
-            amm(&r, &one, &m, k0, &mut acc, &mut s);
-            let mut out = Vec::with_capacity(l);
-            for v in &s {
-                out.push(unlanes(*v));
-            }
-            out
         }
     };
 }

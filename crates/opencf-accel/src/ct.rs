@@ -78,9 +78,13 @@ pub struct Mont {
     rr: Vec<u64>,
 }
 
+/// The largest modulus [`Mont`] takes, in 64-bit limbs (4096 bits).
+pub const MAX_LIMBS: usize = 64;
+
 impl Mont {
-    /// The context of `m` in `n` limbs.
+    /// The context of `m` in `n` limbs (at most [`MAX_LIMBS`]).
     pub fn new(m: &BigNumRef, n: usize) -> Result<Mont, ErrorStack> {
+        assert!(n <= MAX_LIMBS, "a modulus of {n} limbs");
         let mut ctx = BigNumContext::new()?;
         let mut big = BigNum::new()?;
         big.lshift(&*BigNum::from_u32(1)?, (128 * n) as i32)?;
@@ -106,11 +110,14 @@ impl Mont {
         Ok(self.mul(&w, &self.rr))
     }
 
-    /// `a·b·R⁻¹ mod m`, fully reduced, for `a, b < m` (CIOS).
+    /// `a·b·R⁻¹ mod m`, fully reduced, for `a, b < m` (CIOS). The scratch lives on the
+    /// stack (moduli of up to [`MAX_LIMBS`] limbs) and is wiped on return.
     #[allow(clippy::needless_range_loop)] // the limb loops are clearest with indices
     pub fn mul(&self, a: &[u64], b: &[u64]) -> Zeroizing<Vec<u64>> {
         let n = self.limbs();
-        let mut t = Zeroizing::new(vec![0u64; n + 2]);
+        let (a, b, m) = (&a[..n], &b[..n], &self.m[..n]);
+        let mut scratch = Zeroizing::new([0u64; MAX_LIMBS + 2]);
+        let t = &mut scratch[..n + 2];
         for i in 0..n {
             let mut c = 0u64;
             for j in 0..n {
@@ -122,10 +129,10 @@ impl Mont {
             t[n] = s as u64;
             t[n + 1] = (s >> 64) as u64;
             let y = t[0].wrapping_mul(self.m0);
-            let s = u128::from(t[0]) + u128::from(y) * u128::from(self.m[0]);
+            let s = u128::from(t[0]) + u128::from(y) * u128::from(m[0]);
             let mut c = (s >> 64) as u64;
             for j in 1..n {
-                let s = u128::from(t[j]) + u128::from(y) * u128::from(self.m[j]) + u128::from(c);
+                let s = u128::from(t[j]) + u128::from(y) * u128::from(m[j]) + u128::from(c);
                 t[j - 1] = s as u64;
                 c = (s >> 64) as u64;
             }
@@ -134,11 +141,12 @@ impl Mont {
             t[n] = t[n + 1] + (s >> 64) as u64;
         }
         // t < 2m: subtract m once unless that borrows out of the top limb.
-        let mut d = Zeroizing::new(vec![0u64; n]);
-        let borrow = sub(&t[..n], &self.m, &mut d);
+        let mut diff = Zeroizing::new([0u64; MAX_LIMBS]);
+        let d = &mut diff[..n];
+        let borrow = sub(&t[..n], m, d);
         let (_, under) = t[n].overflowing_sub(borrow);
         let mut out = Zeroizing::new(vec![0u64; n]);
-        select(u64::from(under), &d, &t[..n], &mut out);
+        select(u64::from(under), d, &t[..n], &mut out);
         out
     }
 
@@ -154,21 +162,25 @@ impl Mont {
         self.mul(x, &one)
     }
 
-    /// `x^e mod m` for `x < m` and a public exponent `e` (big-endian bytes): the sequence of
-    /// operations depends on `e` only.
+    /// `x^e mod m` for `x < m` and a public exponent `e > 0` (big-endian bytes): the
+    /// sequence of operations depends on `e` only (left to right from its top set bit).
     pub fn pow_public(&self, x: &[u64], e: &[u8]) -> Zeroizing<Vec<u64>> {
         let xm = self.to_mont(x);
-        let mut acc = self.to_mont(&{
+        let bits = e
+            .iter()
+            .flat_map(|byte| (0..8).rev().map(move |bit| (byte >> bit) & 1 == 1));
+        let mut bits = bits.skip_while(|set| !set);
+        if bits.next().is_none() {
+            // e = 0 (not an RSA exponent): x^0 = 1.
             let mut one = vec![0u64; self.limbs()];
             one[0] = 1;
-            one
-        });
-        for byte in e {
-            for bit in (0..8).rev() {
-                acc = self.mul(&acc, &acc);
-                if (byte >> bit) & 1 == 1 {
-                    acc = self.mul(&acc, &xm);
-                }
+            return Zeroizing::new(one);
+        }
+        let mut acc = xm.clone();
+        for set in bits {
+            acc = self.mul(&acc, &acc);
+            if set {
+                acc = self.mul(&acc, &xm);
             }
         }
         self.from_mont(&acc)
@@ -198,12 +210,14 @@ mod tests {
                 let mut want = BigNum::new().unwrap();
                 want.mod_mul(&a, &b, &m, &mut ctx).unwrap();
                 assert_eq!(&got[..], &words(&want, n).unwrap()[..]);
-                let e = [1u8, 0, 1];
-                let got = mont.pow_public(&aw, &e);
-                let mut want = BigNum::new().unwrap();
-                want.mod_exp(&a, &BigNum::from_u32(65537).unwrap(), &m, &mut ctx)
-                    .unwrap();
-                assert_eq!(&got[..], &words(&want, n).unwrap()[..]);
+                // Leading zero bits and bytes of the exponent are skipped.
+                for (e, v) in [([1u8, 0, 1], 65537), ([0, 0, 3], 3), ([0, 0, 1], 1)] {
+                    let got = mont.pow_public(&aw, &e);
+                    let mut want = BigNum::new().unwrap();
+                    want.mod_exp(&a, &BigNum::from_u32(v).unwrap(), &m, &mut ctx)
+                        .unwrap();
+                    assert_eq!(&got[..], &words(&want, n).unwrap()[..], "e = {v}");
+                }
             }
         }
     }

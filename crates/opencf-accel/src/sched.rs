@@ -150,7 +150,7 @@ impl Scheduler {
             return Err(Busy);
         }
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        let batch = fault == Fault::EngineError || batch_threshold(bits).is_some_and(|t| n >= t);
+        let batch = fault == Fault::EngineError || n >= batch_threshold(bits);
         if !batch {
             self.stats.direct.fetch_add(1, Ordering::Relaxed);
         }
@@ -213,35 +213,35 @@ impl Scheduler {
 }
 
 /// Requests in flight (all workers together, counting the new one) from which a request for
-/// a `bits`-bit key goes to the engine: `None` where the engine never beats OpenSSL. A pass
-/// costs the same whatever number of its eight lanes is used and a request takes two, so the
-/// engine wins from `t_pass / t_openssl` requests per pass, per worker; `tests/threshold.rs`
-/// measures both (docs/ACCEL.md). On the reference machine (2-core Xeon VM, OpenSSL 3.6,
-/// which itself runs the two CRT halves of one request together with AVX-512 IFMA) that ratio
-/// is 1.6 for RSA-2048, 2.2 for 3072 and 3.0 for 4096, so the thresholds are the next whole
-/// number of requests per pass: 2, 3 and 4 per worker. `$OPENCF_ACCEL_BATCH=N` (read at
+/// a `bits`-bit key goes to the engine. A pass costs the same whatever number of its eight
+/// lanes is used and a request takes two, so the engine wins from `t_pass / t_openssl`
+/// requests per pass, per worker; `tests/threshold.rs` measures both (docs/ACCEL.md). On the
+/// reference machine (2-core Xeon VM, OpenSSL 3.6, which itself runs the two CRT halves of one
+/// request together with AVX-512 IFMA) that ratio measured 1.6 and 1.5 for RSA-2048, 2.2 and
+/// 1.8 for 3072, 3.0 and 2.9 for 4096; the thresholds are the next whole number above the
+/// larger: 2, 3 and 4 requests per worker. `$OPENCF_ACCEL_BATCH=N` (read at
 /// each request) sets the threshold to `N` requests in flight for every size (`1`: every
 /// request goes to the engine), for tests and for other CPUs.
-pub fn batch_threshold(bits: usize) -> Option<usize> {
+pub fn batch_threshold(bits: usize) -> usize {
     if let Some(n) = std::env::var("OPENCF_ACCEL_BATCH")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
     {
-        return Some(n);
+        return n;
     }
     let per_worker = match bits {
         2048 => THRESHOLD_2048,
         3072 => THRESHOLD_3072,
         _ => THRESHOLD_4096,
     };
-    per_worker.map(|t| t.saturating_mul(Scheduler::cores()))
+    per_worker.saturating_mul(Scheduler::cores())
 }
 
 /// Requests per pass from which the engine beats OpenSSL, by modulus size (see
-/// [`batch_threshold`]; `None`: not even with all eight lanes filled).
-const THRESHOLD_2048: Option<usize> = Some(2);
-const THRESHOLD_3072: Option<usize> = Some(3);
-const THRESHOLD_4096: Option<usize> = Some(4);
+/// [`batch_threshold`]).
+const THRESHOLD_2048: usize = 2;
+const THRESHOLD_3072: usize = 3;
+const THRESHOLD_4096: usize = 4;
 
 /// Takes the next batch: the oldest half and up to `LANES − 1` more of its prime size.
 fn take_batch(items: &mut VecDeque<Half>) -> Vec<Half> {
@@ -307,7 +307,7 @@ mod tests {
         let a = s.admit(2048).unwrap();
         assert!(
             !a.batch(),
-            "the engine does not beat OpenSSL here: a lone request runs at once"
+            "a lone request is below the threshold: it runs at once"
         );
         std::env::set_var("OPENCF_ACCEL_BATCH", "2");
         let b = s.admit(2048).unwrap();

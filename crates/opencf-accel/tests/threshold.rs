@@ -83,7 +83,7 @@ fn break_even() {
         println!(
             "RSA-{bits}: engine pass (8 lanes) {pass:.0} µs, i.e. {:.0} µs per request when \
              full; OpenSSL private op {ossl:.0} µs; lone request on the engine {ours:.0} µs; \
-             break-even at {:.1} requests per pass (scheduler threshold: {:?} requests in flight)",
+             break-even at {:.1} requests per pass (scheduler threshold: {} requests in flight)",
             pass / 4.0,
             pass / ossl,
             sched::batch_threshold(bits),

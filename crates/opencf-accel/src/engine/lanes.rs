@@ -84,30 +84,43 @@ macro_rules! lane_engine {
             s
         }
 
+        /// One step of word-by-word Montgomery reduction on the running sum `acc` (limbs
+        /// `i..i+L`): limb `j` becomes `limb(j, acc_j)` (what the caller adds at this step),
+        /// plus `y·m` with `y = limb_0·(−m⁻¹) mod 2^52`, which clears the low limb; each new
+        /// limb is written one place down as it is computed, so the shift costs no extra
+        /// moves, and `top` (the caller's limb `i + L`) enters at the top.
+        $(#[$attr])*
+        #[inline]
+        fn reduce_step<const L: usize>(
+            acc: &mut [V; L],
+            m: &[V; L],
+            k0: V,
+            limb: impl Fn(usize, V) -> V,
+            top: V,
+        ) {
+            let t = limb(0, acc[0]);
+            let y = madd_lo(zero(), t, k0);
+            let carry = srl52(madd_lo(t, m[0], y));
+            for j in 1..L {
+                let t = madd_hi(madd_lo(limb(j, acc[j]), m[j], y), m[j - 1], y);
+                acc[j - 1] = if j == 1 { add(t, carry) } else { t };
+            }
+            acc[L - 1] = madd_hi(top, m[L - 1], y);
+        }
+
         /// Almost Montgomery multiplication: `out = a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below
         /// `2m` for `a, b < 4m` (the limb count gives `R ≥ 16m`), every limb below 2^52.
-        ///
-        /// Operand scanning: `acc` holds limbs `i..i+L` of the running sum; step `i` adds
-        /// `a·b_i` and `y·m` with `y = acc_0·(−m⁻¹) mod 2^52`, which clears the low limb, and
-        /// writes each new limb one place down, so the shift costs no extra moves.
+        /// Operand scanning: step `i` adds `a·b_i` to the running sum.
         $(#[$attr])*
         #[inline]
         fn amm<const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
             let mut acc = [zero(); L];
-            for i in 0..L {
-                let bi = b[i];
-                let t = madd_lo(acc[0], a[0], bi);
-                let y = madd_lo(zero(), t, k0);
-                let mut carry = srl52(madd_lo(t, m[0], y));
-                for j in 1..L {
-                    let mut t = madd_lo(acc[j], a[j], bi);
-                    t = madd_hi(t, a[j - 1], bi);
-                    t = madd_lo(t, m[j], y);
-                    t = madd_hi(t, m[j - 1], y);
-                    acc[j - 1] = add(t, carry);
-                    carry = zero();
-                }
-                acc[L - 1] = madd_hi(madd_hi(zero(), a[L - 1], bi), m[L - 1], y);
+            for &bi in b {
+                let product = |j: usize, x: V| {
+                    let t = madd_lo(x, a[j], bi);
+                    if j > 0 { madd_hi(t, a[j - 1], bi) } else { t }
+                };
+                reduce_step(&mut acc, m, k0, product, madd_hi(zero(), a[L - 1], bi));
             }
             normalize(&mut acc);
             *out = acc;
@@ -121,15 +134,7 @@ macro_rules! lane_engine {
         fn ams<const L: usize>(a: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
             let mut acc: [V; L] = core::array::from_fn(|c| square_column(a, c));
             for i in 0..L {
-                let y = madd_lo(zero(), acc[0], k0);
-                let mut carry = srl52(madd_lo(acc[0], m[0], y));
-                for j in 1..L {
-                    let mut t = madd_lo(acc[j], m[j], y);
-                    t = madd_hi(t, m[j - 1], y);
-                    acc[j - 1] = add(t, carry);
-                    carry = zero();
-                }
-                acc[L - 1] = madd_hi(square_column(a, L + i), m[L - 1], y);
+                reduce_step(&mut acc, m, k0, |_, x| x, square_column(a, L + i));
             }
             normalize(&mut acc);
             *out = acc;

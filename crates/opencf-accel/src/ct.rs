@@ -161,30 +161,6 @@ impl Mont {
         one[0] = 1;
         self.mul(x, &one)
     }
-
-    /// `x^e mod m` for `x < m` and a public exponent `e > 0` (big-endian bytes): the
-    /// sequence of operations depends on `e` only (left to right from its top set bit).
-    pub fn pow_public(&self, x: &[u64], e: &[u8]) -> Zeroizing<Vec<u64>> {
-        let xm = self.to_mont(x);
-        let bits = e
-            .iter()
-            .flat_map(|byte| (0..8).rev().map(move |bit| (byte >> bit) & 1 == 1));
-        let mut bits = bits.skip_while(|set| !set);
-        if bits.next().is_none() {
-            // e = 0 (not an RSA exponent): x^0 = 1.
-            let mut one = vec![0u64; self.limbs()];
-            one[0] = 1;
-            return Zeroizing::new(one);
-        }
-        let mut acc = xm.clone();
-        for set in bits {
-            acc = self.mul(&acc, &acc);
-            if set {
-                acc = self.mul(&acc, &xm);
-            }
-        }
-        self.from_mont(&acc)
-    }
 }
 
 #[cfg(test)]
@@ -210,14 +186,6 @@ mod tests {
                 let mut want = BigNum::new().unwrap();
                 want.mod_mul(&a, &b, &m, &mut ctx).unwrap();
                 assert_eq!(&got[..], &words(&want, n).unwrap()[..]);
-                // Leading zero bits and bytes of the exponent are skipped.
-                for (e, v) in [([1u8, 0, 1], 65537), ([0, 0, 3], 3), ([0, 0, 1], 1)] {
-                    let got = mont.pow_public(&aw, &e);
-                    let mut want = BigNum::new().unwrap();
-                    want.mod_exp(&a, &BigNum::from_u32(v).unwrap(), &m, &mut ctx)
-                        .unwrap();
-                    assert_eq!(&got[..], &words(&want, n).unwrap()[..], "e = {v}");
-                }
             }
         }
     }

@@ -25,6 +25,7 @@ pub mod gcm;
 pub mod gf128;
 pub mod mech;
 pub mod objects;
+pub mod pad;
 pub mod rsa;
 pub mod sched;
 

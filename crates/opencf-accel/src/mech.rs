@@ -1,15 +1,16 @@
 //! Mechanisms: the list, and the RSA sign and decrypt operations around the engine
 //! (`CKM_AES_GCM` is in [`crate::gcm`], `CKM_AES_CTR` and `CKM_AES_ECB` in [`crate::blocks`]).
 //!
-//! Padding is OpenSSL's own code, run on the key's *identity* form ([`RsaKey::identity`]:
-//! the same modulus and primes with every exponent 1, so that OpenSSL's "private operation"
-//! returns its input): signing with it yields the encoded message (EMSA-PKCS1-v1_5 or
-//! EMSA-PSS, with OpenSSL's hashing, DigestInfo and salt), decrypting with it checks and
-//! strips the padding of the engine's raw result (PKCS#1 v1.5 type 2 with explicit
-//! rejection, or OAEP) in OpenSSL's constant-time code. The engine does the exponentiation
+//! A signature the engine computes is encoded by [`crate::pad`] (EMSA-PKCS1-v1_5 or
+//! EMSA-PSS, checked against OpenSSL's in the tests). Decryption padding is OpenSSL's own
+//! code, run on the key's *identity* form ([`RsaKey::identity`]: the same modulus with
+//! exponents 1 and no primes, so that OpenSSL's "private operation" returns its input):
+//! decrypting with it checks and strips the padding of the engine's raw result (PKCS#1 v1.5
+//! type 2 with explicit rejection, or OAEP) in OpenSSL's constant-time code. The engine does the exponentiation
 //! with the real exponent in between. Parameter rules are the software token's
 //! (docs/SOFTTOKEN.md), so that an application sees the same answers from either provider.
 
+use crate::pad;
 use crate::rsa::RsaKey;
 use crate::sched::Scheduler;
 use opencf_abi::ossl_pk::{set_ctx_params, Param};
@@ -295,7 +296,7 @@ impl SignOp {
 
     /// The signature of `data` (single-part) or of what was hashed (`None`). A request that
     /// the scheduler does not batch is signed by OpenSSL with the key itself; a batched one
-    /// is encoded by OpenSSL (identity key) and exponentiated by the engine.
+    /// is encoded here ([`crate::pad`]) and exponentiated by the engine.
     pub fn sign(&mut self, sched: &Scheduler, data: Option<&[u8]>) -> CkResult<Vec<u8>> {
         let k = self.key.k;
         let input = match (&mut self.enc, data) {
@@ -322,8 +323,23 @@ impl SignOp {
         if !ticket.batch() {
             return self.openssl_sign(self.key.openssl(), &input);
         }
-        let em = Zeroizing::new(self.openssl_sign(&self.key.identity, &input)?);
+        let em = self.encode(&input)?;
         Ok(engine_op(sched, &self.key, &em)?.to_vec())
+    }
+
+    /// The encoded message of `input` (the data, or the digest of a hash-and-sign
+    /// mechanism) that the engine exponentiates ([`crate::pad`]).
+    fn encode(&self, input: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+        let (k, bits) = (self.key.k, self.key.bits);
+        let salt = |s: i32| usize::try_from(s).map_err(|_| CKR_MECHANISM_PARAM_INVALID);
+        match &self.enc {
+            Encoder::Pkcs1 => pad::pkcs1_v15(input, k),
+            Encoder::Hashed(_, md, None) => pad::pkcs1_v15(&pad::digest_info(md, input)?, k),
+            Encoder::Pss(md, mgf, s) | Encoder::Hashed(_, md, Some((mgf, s))) => {
+                pad::pss(md, mgf, salt(*s)?, input, bits, k)
+            }
+            Encoder::Raw => Err(CKR_FUNCTION_FAILED),
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use opencf_abi::CkResult;
 use openssl::bn::{BigNum, BigNumContext, BigNumRef};
 use openssl::pkey::{PKey, Private};
 use openssl::pkey_ctx::PkeyCtx;
-use openssl::rsa::{Padding, Rsa};
+use openssl::rsa::{Padding, Rsa, RsaPrivateKeyBuilder};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use zeroize::Zeroizing;
@@ -94,7 +94,7 @@ pub struct RsaKey {
     e_bn: BigNum,
     blinding: Vec<Mutex<Option<Blinding>>>,
     next: AtomicUsize,
-    /// The same key with every exponent 1: OpenSSL's padding code applied to a value
+    /// The modulus with exponents 1 (no primes): OpenSSL's padding code applied to a value
     /// without exponentiation (see `mech.rs`).
     pub identity: PKey<Private>,
     /// The key itself for OpenSSL's own RSA code ([`RsaKey::private_openssl`]).
@@ -154,19 +154,14 @@ impl RsaKey {
         let pm = Mont::new(&p, hp).map_err(err)?;
         let qinv_r = pm.to_mont_bn(&qinv).map_err(err)?;
         let one = BigNum::from_u32(1).map_err(err)?;
+        // Modulus and exponents only, no primes: OpenSSL's private operation then computes
+        // `x^1 mod n` in one step. With the primes it would take its CRT path, whose
+        // constant-time exponentiation runs over the full width of the CRT exponents whatever
+        // their value: a whole RSA operation spent on padding.
         let identity = (|| {
-            let rsa = Rsa::from_private_components(
-                n.to_owned()?,
-                one.to_owned()?,
-                one.to_owned()?,
-                p.to_owned()?,
-                q.to_owned()?,
-                one.to_owned()?,
-                one.to_owned()?,
-                qinv.to_owned()?,
-            )?;
-            let der = Zeroizing::new(rsa.private_key_to_der()?);
-            PKey::private_key_from_der(&der)
+            let rsa =
+                RsaPrivateKeyBuilder::new(n.to_owned()?, one.to_owned()?, one.to_owned()?)?.build();
+            PKey::from_rsa(rsa)
         })()
         .map_err(|_| CKR_FUNCTION_FAILED)?;
         let openssl = Self::openssl_key(&n, &e, &p, &q, &dp, &dq, &qinv, &mut ctx)
@@ -339,11 +334,26 @@ impl RsaKey {
         m2x[..hp].copy_from_slice(&m2);
         let mut sum = Zeroizing::new(vec![0u64; 2 * hp]);
         ct::add(&m, &m2x, &mut sum);
-        if !ct::equal(&self.nm.pow_public(&sum, &self.e_be), &pend.blinded) {
+        if !self.checks(&sum, &pend.blinded)? {
             return Err(CKR_DEVICE_ERROR);
         }
         let out = self.nm.mul(&sum, &pend.ai);
         Ok(Zeroizing::new(be_from_words(&out, self.k)))
+    }
+
+    /// Whether `s^e mod n = x` (the check of a result before it is released). Both values
+    /// are blinded (`s = x^d`, `x = c·A`), and the exponent is public: this is the check
+    /// OpenSSL applies to its own CRT result, with the same BIGNUM code (its Montgomery
+    /// multiplication in assembly, several times faster than the portable [`ct::Mont`]).
+    fn checks(&self, s: &[u64], x: &[u64]) -> CkResult<bool> {
+        let fail = |_| CKR_FUNCTION_FAILED;
+        let mut ctx = BigNumContext::new().map_err(fail)?;
+        let s = bn(&Zeroizing::new(be_from_words(s, self.k)))?;
+        let mut v = BigNum::new().map_err(fail)?;
+        v.mod_exp(&s, &self.e_bn, &self.n_bn, &mut ctx)
+            .map_err(fail)?;
+        let v = Zeroizing::new(v.to_vec_padded(self.k as i32).map_err(fail)?);
+        Ok(ct::equal(&words_from_be(&v, self.nm.limbs()), x))
     }
 
     /// The raw private operation `c^d mod n` on `kind`, without the scheduler.

@@ -134,8 +134,10 @@ impl Scheduler {
     }
 
     /// Workers (one per core).
+    /// Read once: `available_parallelism` reads the cgroup files at each call.
     pub fn cores() -> usize {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        static CORES: OnceLock<usize> = OnceLock::new();
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     /// Admits a request for a `bits`-bit key and chooses its path. It goes to the engine

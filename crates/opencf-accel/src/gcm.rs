@@ -41,6 +41,7 @@
 //! size (at most one per block), for tests.
 
 use crate::gf128::{self as gf, block};
+use crate::sched::Scheduler;
 use opencf_abi::sys::*;
 use opencf_abi::{gcm_iv_ok, gcm_tag_len, CkResult, MechParam, Mechanism, OutBuf};
 use openssl::cipher::Cipher;
@@ -76,7 +77,7 @@ pub fn available() -> bool {
     if disabled.split(',').any(|w| w.trim() == "bulk") {
         return false;
     }
-    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+    Scheduler::cores() >= 2
 }
 
 /// An AES key's GCM form, computed once per key object: the key, `H`, `H⁻²` and `L·H`.
@@ -449,7 +450,7 @@ impl Default for Bulk {
     fn default() -> Self {
         Bulk {
             in_flight: AtomicUsize::new(0),
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cores: Scheduler::cores(),
             pool: RwLock::new(None),
             exited: Arc::default(),
         }

@@ -6,8 +6,8 @@
 //! code, run on the key's *identity* form ([`RsaKey::identity`]: the same modulus with
 //! exponents 1 and no primes, so that OpenSSL's "private operation" returns its input):
 //! decrypting with it checks and strips the padding of the engine's raw result (PKCS#1 v1.5
-//! type 2 with explicit rejection, or OAEP) in OpenSSL's constant-time code. The engine does the exponentiation
-//! with the real exponent in between. Parameter rules are the software token's
+//! type 2 with explicit rejection, or OAEP) in OpenSSL's constant-time code. The engine does
+//! the exponentiation with the real exponent in between. Parameter rules are the software token's
 //! (docs/SOFTTOKEN.md), so that an application sees the same answers from either provider.
 
 use crate::pad;

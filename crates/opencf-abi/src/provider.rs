@@ -1166,10 +1166,16 @@ pinned_fns! {
 }
 
 /// Runs `f` with `mech` parsed: as it came, or parsed from the caller's structure.
+/// The parsed mechanism is lent from inside the parse result, not moved out of it: the move
+/// read it back in wider pieces than the parse had just written, a store-forwarding stall on
+/// every init.
 fn with_parsed<R>(mech: MechRef<'_>, f: impl FnOnce(&Mechanism) -> CkResult<R>) -> CkResult<R> {
     match mech {
         MechRef::Parsed(m) => f(m),
-        MechRef::Raw(r) => f(&r.parse()?),
+        MechRef::Raw(r) => match &r.parse() {
+            Ok(m) => f(m),
+            Err(e) => Err(*e),
+        },
     }
 }
 

@@ -6,7 +6,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf -p cryptoadm`.
 
 mod common;
-use common::{framework_lib, fresh_dir, provider, release};
+use common::{framework_lib, fresh_dir, provider, release, slot0};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::mechanism::aead::GcmParams;
@@ -33,13 +33,7 @@ fn stat_child() {
     let p = Pkcs11::new(framework_lib()).expect("load libopencf.so");
     p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
         .expect("C_Initialize");
-    let slot = p
-        .get_all_slots()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.id() == 0)
-        .expect("slot 0");
-    let s = p.open_rw_session(slot).unwrap();
+    let s = p.open_rw_session(slot0(&p)).unwrap();
     // A public session object: no login needed.
     let key = s
         .generate_key(

@@ -63,3 +63,12 @@ pub fn provider(name: &str, module: &Path) -> String {
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// Slot 0 (the metaslot) of an initialized `libopencf.so`.
+pub fn slot0(p: &cryptoki::context::Pkcs11) -> cryptoki::slot::Slot {
+    p.get_all_slots()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id() == 0)
+        .expect("slot 0")
+}

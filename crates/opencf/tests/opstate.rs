@@ -1,0 +1,269 @@
+//! The state of an operation through slot 0: the metaslot keeps the PKCS#11 rules of an
+//! active operation, on the first (routed) call of a mechanism and on the repeated ones that
+//! take the session's direct binding to the keystore. Slot 0 over the software token alone.
+//! Results equal those of the first call; a second init is `CKR_OPERATION_ACTIVE`; a size
+//! query and a buffer too small leave the operation active; multi-part calls continue an
+//! operation begun by an init; closing a session with one active is clean; one session used by
+//! several threads at once (which the specification leaves to the application to avoid) gives
+//! answers, never a crash.
+//!
+//! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
+
+mod common;
+use common::{framework_lib, fresh_dir, provider, release, slot0};
+
+use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
+use cryptoki::error::{Error, RvError};
+use cryptoki::mechanism::aead::GcmParams;
+use cryptoki::mechanism::Mechanism;
+use cryptoki::object::{Attribute, ObjectHandle};
+use cryptoki::session::Session;
+use std::sync::Mutex;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// libopencf.so over the software token alone, initialized.
+fn load(tag: &str) -> Pkcs11 {
+    let dir = fresh_dir(&format!("opstate-{tag}"));
+    let conf = dir.join("opencf.toml");
+    std::fs::write(
+        &conf,
+        provider("softtoken", &release("libopencf_softtoken.so")),
+    )
+    .unwrap();
+    std::env::set_var("OPENCF_CONF", &conf);
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", &dir);
+    std::env::remove_var("OPENCF_METASLOT_ENABLED");
+    std::env::remove_var("OPENCF_METASLOT_KEYSTORE");
+    let p = Pkcs11::new(framework_lib()).expect("load libopencf.so");
+    p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+        .expect("C_Initialize");
+    p
+}
+
+fn slot0_session(p: &Pkcs11) -> Session {
+    p.open_rw_session(slot0(p)).unwrap()
+}
+
+/// A session AES-128 key with a known value.
+fn aes_key(s: &Session) -> ObjectHandle {
+    s.create_object(&[
+        Attribute::Class(cryptoki::object::ObjectClass::SECRET_KEY),
+        Attribute::KeyType(cryptoki::object::KeyType::AES),
+        Attribute::Value(b"0123456789abcdef".to_vec()),
+        Attribute::Private(false),
+        Attribute::Encrypt(true),
+        Attribute::Decrypt(true),
+    ])
+    .unwrap()
+}
+
+/// AES-GCM with a 12-byte IV, AAD "aad" and a 16-byte tag.
+fn gcm(iv: &mut [u8; 12]) -> Mechanism<'_> {
+    Mechanism::AesGcm(GcmParams::new(iv, b"aad", 128.into()).unwrap())
+}
+
+/// The same AES-GCM as [`gcm`], as `opencf_abi` passes it.
+fn raw_gcm(iv: &[u8; 12]) -> opencf_abi::Mechanism {
+    opencf_abi::Mechanism {
+        mechanism: opencf_abi::sys::CKM_AES_GCM,
+        param: opencf_abi::MechParam::Gcm {
+            iv: iv.to_vec(),
+            iv_bits: 96,
+            aad: b"aad".to_vec(),
+            tag_bits: 128,
+        },
+    }
+}
+
+/// Slot 0 loaded (tag `tag`), a session with a key, and the same library's function list
+/// (`opencf_abi::provider::Provider` over the library `cryptoki` has initialized) for the calls
+/// `cryptoki` cannot make.
+fn raw_setup(
+    tag: &str,
+) -> (
+    Pkcs11,
+    Session,
+    ObjectHandle,
+    opencf_abi::provider::Provider,
+) {
+    let p = load(tag);
+    let s = slot0_session(&p);
+    let key = aes_key(&s);
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    (p, s, key, m)
+}
+
+fn rv(e: Error) -> RvError {
+    match e {
+        Error::Pkcs11(rv, _) => rv,
+        other => panic!("not a PKCS#11 error: {other}"),
+    }
+}
+
+#[test]
+fn slot0_keeps_the_rules_of_an_active_operation() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let p = load("rules");
+    let s = slot0_session(&p);
+    let key = aes_key(&s);
+    let data = b"sixteen byte msg and then some more";
+
+    // The first call is routed; the next ones take the session's direct binding. Same IV,
+    // same key: the same ciphertext every time, and it decrypts.
+    let mut iv = [9u8; 12];
+    let first = s.encrypt(&gcm(&mut iv), key, data).unwrap();
+    assert_eq!(first.len(), data.len() + 16);
+    for _ in 0..5 {
+        assert_eq!(s.encrypt(&gcm(&mut iv), key, data).unwrap(), first);
+    }
+    for _ in 0..3 {
+        assert_eq!(s.decrypt(&gcm(&mut iv), key, &first).unwrap(), data);
+    }
+
+    // An init makes the operation active: a second init is refused, and the operation goes on
+    // with the multi-part calls.
+    s.encrypt_init(&gcm(&mut iv), key).unwrap();
+    assert_eq!(
+        rv(s.encrypt_init(&gcm(&mut iv), key).unwrap_err()),
+        RvError::OperationActive
+    );
+    let mut multi = s.encrypt_update(&data[..10]).unwrap();
+    multi.extend(s.encrypt_update(&data[10..]).unwrap());
+    multi.extend(s.encrypt_final().unwrap());
+    assert_eq!(multi, first, "a single-part init, continued in parts");
+    assert_eq!(
+        rv(s.encrypt_update(data).unwrap_err()),
+        RvError::OperationNotInitialized
+    );
+
+    // Both kinds active at once.
+    s.encrypt_init(&gcm(&mut iv), key).unwrap();
+    s.decrypt_init(&gcm(&mut iv), key).unwrap();
+    let mut plain = s.decrypt_update(&first).unwrap();
+    plain.extend(s.decrypt_final().unwrap());
+    assert_eq!(plain, data);
+    let mut again = s.encrypt_update(data).unwrap();
+    again.extend(s.encrypt_final().unwrap());
+    assert_eq!(again, first);
+
+    // A one-shot and a multi-part digest agree, and a second digest init is refused.
+    let sha = Mechanism::Sha256;
+    let d1 = s.digest(&sha, data).unwrap();
+    let d2 = s.digest(&sha, data).unwrap();
+    assert_eq!(d1, d2);
+    s.digest_init(&sha).unwrap();
+    assert_eq!(
+        rv(s.digest_init(&sha).unwrap_err()),
+        RvError::OperationActive
+    );
+    s.digest_update(&data[..7]).unwrap();
+    s.digest_update(&data[7..]).unwrap();
+    assert_eq!(s.digest_final().unwrap(), d1);
+
+    // A session closed with an operation active: a new session starts clean.
+    s.encrypt_init(&gcm(&mut iv), key).unwrap();
+    drop(s);
+    let s = slot0_session(&p);
+    let key = aes_key(&s);
+    assert_eq!(s.encrypt(&gcm(&mut iv), key, data).unwrap(), first);
+    assert_eq!(s.encrypt(&gcm(&mut iv), key, data).unwrap(), first);
+    drop(s);
+    p.finalize().unwrap();
+}
+
+/// A size query (NULL output) and a buffer too small leave the operation active; the call
+/// with room ends it. Through the module's function list, as a C caller makes them.
+#[test]
+fn slot0_size_query_and_short_buffer() {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let data = b"sixteen byte msg";
+    let mut iv = [1u8; 12];
+    let (p, s, key, m) = raw_setup("query");
+    let reference = s.encrypt(&gcm(&mut iv), key, data).unwrap();
+    let (h, k) = (s.handle(), key.handle());
+    let mech = raw_gcm(&iv);
+    for round in 0..3 {
+        m.encrypt_init(h, &mech, k).unwrap();
+        let mut q = OutBuf::new(None);
+        m.encrypt(h, data, &mut q).unwrap();
+        assert_eq!(q.len(), reference.len(), "size query, round {round}");
+        let mut small = [0u8; 4];
+        let mut o = OutBuf::new(Some(&mut small));
+        assert_eq!(m.encrypt(h, data, &mut o), Err(CKR_BUFFER_TOO_SMALL));
+        let mut out = vec![0u8; reference.len()];
+        let mut o = OutBuf::new(Some(&mut out));
+        m.encrypt(h, data, &mut o).unwrap();
+        assert_eq!(o.len(), reference.len());
+        assert_eq!(out, reference, "round {round}");
+        // Ended: a further call has no operation.
+        let mut o = OutBuf::new(Some(&mut out));
+        assert_eq!(
+            m.encrypt(h, data, &mut o),
+            Err(CKR_OPERATION_NOT_INITIALIZED)
+        );
+    }
+    drop((m, s));
+    p.finalize().unwrap();
+}
+
+/// One slot-0 session used from four threads at once, against the rules: every call answers
+/// with a result or a PKCS#11 error; every result that comes back is correct.
+#[test]
+fn slot0_survives_one_session_shared_by_threads() {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let data = b"shared session!!";
+    let mut iv = [3u8; 12];
+    let (p, s, key, m) = raw_setup("shared");
+    let reference = s.encrypt(&gcm(&mut iv), key, data).unwrap();
+    let (h, k) = (s.handle(), key.handle());
+    let mech = raw_gcm(&iv);
+    let allowed = [
+        CKR_OPERATION_ACTIVE,
+        CKR_OPERATION_NOT_INITIALIZED,
+        CKR_BUFFER_TOO_SMALL,
+    ];
+    let (ok, refused) = std::thread::scope(|t| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                t.spawn(|| {
+                    let (mut ok, mut refused) = (0usize, 0usize);
+                    for _ in 0..2000 {
+                        let mut out = vec![0u8; reference.len()];
+                        let r = m.encrypt_init(h, &mech, k).and_then(|()| {
+                            let mut o = OutBuf::new(Some(&mut out));
+                            m.encrypt(h, data, &mut o).map(|()| o.len())
+                        });
+                        match r {
+                            Ok(n) => {
+                                assert_eq!(&out[..n], &reference[..]);
+                                ok += 1;
+                            }
+                            Err(rv) => {
+                                assert!(allowed.contains(&rv), "unexpected {rv:#x}");
+                                refused += 1;
+                            }
+                        }
+                    }
+                    (ok, refused)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    });
+    assert_eq!(ok + refused, 8000);
+    assert!(ok > 0, "no call succeeded");
+    // Whatever the threads left active ends with a call that has room; then the session
+    // works as before.
+    let mut out = vec![0u8; reference.len()];
+    let _ = m.encrypt(h, data, &mut OutBuf::new(Some(&mut out)));
+    assert_eq!(s.encrypt(&gcm(&mut iv), key, data).unwrap(), reference);
+    drop((m, s));
+    p.finalize().unwrap();
+}

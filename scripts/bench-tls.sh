@@ -13,6 +13,7 @@
 # (clients, default 16), BENCH_TLS_THREADS (client threads, default 2), BENCH_TLS_WORKERS
 # (proxy worker threads and nginx worker processes, default: the number of CPUs),
 # BENCH_TLS_KEYS (default "ec rsa") and BENCH_TLS_MODES (default "full resume") select the rows,
+# BENCH_TLS_PROXY_THREADS (the proxy's runtime threads, default as computed from the above),
 # BENCH_TLS_PROXY_PROCS (opencf-tlsproxy worker processes, `--workers`, default 1; with more
 # than one, each runs BENCH_TLS_WORKERS / BENCH_TLS_PROXY_PROCS threads, at least one),
 # BENCH_TLS_ACCEL=1 (the accelerator provider, libopencf_accel.so, beside the proxy's private
@@ -34,6 +35,10 @@ if [ "$PROXY_PROCS" -gt 1 ]; then
     [ "$PROXY_THREADS" -ge 1 ] || PROXY_THREADS=1
 fi
 PROXY_THREADS=${BENCH_TLS_PROXY_THREADS:-$PROXY_THREADS}
+KEYS=${BENCH_TLS_KEYS:-ec rsa}
+MODES=${BENCH_TLS_MODES:-full resume}
+for k in $KEYS; do case $k in ec|rsa) ;; *) echo "BENCH_TLS_KEYS: $k is not ec or rsa"; exit 1;; esac; done
+for m in $MODES; do case $m in full|resume) ;; *) echo "BENCH_TLS_MODES: $m is not full or resume"; exit 1;; esac; done
 
 for b in opencf-tlsproxy tlsproxycfg tls-bench libopencf.so libopencf_softtoken.so; do
     [ -e "$REL/$b" ] || { echo "missing $REL/$b (cargo build --release -p opencf-tlsproxy -p opencf -p opencf-softtoken)"; exit 1; }
@@ -141,8 +146,8 @@ echo "# servers: opencf-tlsproxy $PROXY_PROCS process(es) of $PROXY_THREADS thre
 echo "# srv CPU/hs: the server's processes' CPU time (user + system; nginx: master and workers) over the measured seconds / handshakes; cli: the client's"
 FAILED=0
 header=--header
-for key in ${BENCH_TLS_KEYS:-ec rsa}; do
-    for mode in ${BENCH_TLS_MODES:-full resume}; do
+for key in $KEYS; do
+    for mode in $MODES; do
         for server in nginx opencf-tlsproxy; do
             if [ $server = nginx ]; then port=$([ $key = ec ] && echo "$NG_EC" || echo "$NG_RSA"); pids=$NGINX_PIDS
             else port=$([ $key = ec ] && echo "$PX_EC" || echo "$PX_RSA"); pids=$PROXY_PID; fi

@@ -1166,6 +1166,7 @@ pinned_fns! {
 }
 
 /// Runs `f` with `mech` parsed: as it came, or parsed from the caller's structure.
+///
 /// The parsed mechanism is lent from inside the parse result, not moved out of it: the move
 /// read it back in wider pieces than the parse had just written, a store-forwarding stall on
 /// every init.

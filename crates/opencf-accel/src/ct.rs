@@ -149,23 +149,25 @@ impl Mont {
         select(u64::from(under), d, &t[..n], &mut out);
         out
     }
-
-    /// `x·R mod m` for `x < m`.
-    pub fn to_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
-        self.mul(x, &self.rr)
-    }
-
-    /// `x·R⁻¹ mod m`.
-    pub fn from_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
-        let mut one = vec![0u64; self.limbs()];
-        one[0] = 1;
-        self.mul(x, &one)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Mont {
+        /// `x·R mod m` for `x < m`.
+        fn to_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+            self.mul(x, &self.rr)
+        }
+
+        /// `x·R⁻¹ mod m`.
+        fn out_of_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+            let mut one = vec![0u64; self.limbs()];
+            one[0] = 1;
+            self.mul(x, &one)
+        }
+    }
 
     #[test]
     fn montgomery_matches_openssl() {
@@ -182,7 +184,7 @@ mod tests {
                 m.rand_range(&mut b).unwrap();
                 let aw = words(&a, n).unwrap();
                 let bw = words(&b, n).unwrap();
-                let got = mont.from_mont(&mont.mul(&mont.to_mont(&aw), &mont.to_mont(&bw)));
+                let got = mont.out_of_mont(&mont.mul(&mont.to_mont(&aw), &mont.to_mont(&bw)));
                 let mut want = BigNum::new().unwrap();
                 want.mod_mul(&a, &b, &m, &mut ctx).unwrap();
                 assert_eq!(&got[..], &words(&want, n).unwrap()[..]);

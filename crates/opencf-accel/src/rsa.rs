@@ -80,7 +80,6 @@ pub struct RsaKey {
     /// Modulus bytes (`k`).
     pub k: usize,
     n_be: Vec<u8>,
-    e_be: Vec<u8>,
     /// The CRT halves in the engine's form.
     pub p: Prime,
     /// The second prime.
@@ -170,7 +169,6 @@ impl RsaKey {
             bits,
             k: bits / 8,
             n_be: n.to_vec(),
-            e_be: e.to_vec(),
             p: Prime::new(&p, &dp).map_err(err)?,
             q: Prime::new(&q, &dq).map_err(err)?,
             pw: words(&p, hp).map_err(err)?,
@@ -248,11 +246,6 @@ impl RsaKey {
     /// batch.
     pub fn openssl(&self) -> &PKey<Private> {
         &self.openssl
-    }
-
-    /// The public exponent, big-endian.
-    pub fn public_exponent(&self) -> &[u8] {
-        &self.e_be
     }
 
     fn fresh_blinding(&self) -> CkResult<Blinding> {

@@ -6,7 +6,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, hex, release};
+use common::{framework_lib, fresh_dir, hex, release, slot0};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
@@ -114,14 +114,6 @@ fn slot_labelled(p: &Pkcs11, label: &str) -> Slot {
         .into_iter()
         .find(|s| p.get_token_info(*s).unwrap().label() == label)
         .unwrap_or_else(|| panic!("no slot with token {label:?}"))
-}
-
-fn slot0(p: &Pkcs11) -> Slot {
-    p.get_all_slots()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.id() == 0)
-        .expect("slot 0")
 }
 
 fn login(s: &Session) {

@@ -8,7 +8,7 @@
 //! lock and each loads and finalizes the module itself.
 
 mod common;
-use common::{framework_lib, fresh_dir, release};
+use common::{framework_lib, fresh_dir, release, slot};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
@@ -57,14 +57,6 @@ keystore = "OpenCF Softtoken"
 name = "softtoken"
 module = "@SOFTTOKEN@"
 "#;
-
-fn slot(p: &Pkcs11, id: u64) -> Slot {
-    p.get_all_slots()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.id() == id)
-        .unwrap_or_else(|| panic!("no slot {id}"))
-}
 
 /// Logs the user in on `slot`, changing the fresh token's PIN first.
 fn login_changing_pin(p: &Pkcs11, slot: Slot, s: &Session) {

@@ -64,11 +64,16 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Slot 0 (the metaslot) of an initialized `libopencf.so`.
-pub fn slot0(p: &cryptoki::context::Pkcs11) -> cryptoki::slot::Slot {
+/// The slot with framework slot ID `id` of an initialized `libopencf.so`.
+pub fn slot(p: &cryptoki::context::Pkcs11, id: u64) -> cryptoki::slot::Slot {
     p.get_all_slots()
         .unwrap()
         .into_iter()
-        .find(|s| s.id() == 0)
-        .expect("slot 0")
+        .find(|s| s.id() == id)
+        .unwrap_or_else(|| panic!("no slot {id}"))
+}
+
+/// Slot 0, the metaslot.
+pub fn slot0(p: &cryptoki::context::Pkcs11) -> cryptoki::slot::Slot {
+    slot(p, 0)
 }

@@ -19,6 +19,14 @@
 #   XDG_CONFIG_HOME an empty directory).
 #   With no further arguments: CKM_AES_GCM (16 bytes) and CKM_SHA256_RSA_PKCS,
 #   1 thread, --runs 11.
+#   COPIES=N (N > 1) runs cfspeed N times, each time on fresh byte-for-byte copies
+#   of the libraries (framework, software token and accelerator side by side in
+#   a directory of their own, so the software token is linked in as installed),
+#   and ends with the median over the copies of each "ratios" line. A copy of a
+#   library lands on other physical pages than the built file; on the virtual
+#   machines where the figures are taken, identical bytes have run 25% apart
+#   from one file copy to another (docs/PERFORMANCE.md, "Where the library's
+#   pages land"), so a single file measures its placement as much as its code.
 #
 # Environment: MODULE (default target/release/libopencf_softtoken.so),
 #              CFSPEED (default target/release/cfspeed),
@@ -76,8 +84,45 @@ if [ "$FRAMEWORK_MODE" = 1 ]; then
     if [ $# -eq 0 ]; then
         set -- CKM_AES_GCM CKM_SHA256_RSA_PKCS --sizes 16 --runs 11
     fi
-    "$CFSPEED" --module "$FRAMEWORK" --slot 0 --pin changeme --new-pin "$PIN" \
-        --vs-module "$MODULE" --vs-pin "$PIN" "$@"
+    COPIES="${COPIES:-1}"
+    [[ "$COPIES" =~ ^[1-9][0-9]*$ ]] || { echo "bench: COPIES=$COPIES is not a positive number" >&2; exit 1; }
+    if [ "$COPIES" = 1 ]; then
+        "$CFSPEED" --module "$FRAMEWORK" --slot 0 --pin changeme --new-pin "$PIN" \
+            --vs-module "$MODULE" --vs-pin "$PIN" "$@"
+        exit
+    fi
+    accel="$(dirname "$FRAMEWORK")/libopencf_accel.so"
+    for i in $(seq "$COPIES"); do
+        dir="$WORK/copy$i"
+        mkdir -p "$dir/softtoken"
+        cp "$FRAMEWORK" "$dir/libopencf.so"
+        cp "$MODULE" "$dir/libopencf_softtoken.so"
+        if [ -e "$accel" ]; then cp "$accel" "$dir/libopencf_accel.so"; fi
+        if [ "${ZERO_CONFIG:-}" != 1 ]; then
+            printf '[[provider]]\nname = "softtoken"\nmodule = "%s"\n' "$dir/libopencf_softtoken.so" >"$dir/opencf.toml"
+            export OPENCF_CONF="$dir/opencf.toml"
+        fi
+        echo "# copy $i of $COPIES: $dir"
+        OPENCF_SOFTTOKEN_DIR="$dir/softtoken" "$CFSPEED" --module "$dir/libopencf.so" --slot 0 \
+            --pin changeme --new-pin "$PIN" --vs-module "$dir/libopencf_softtoken.so" \
+            --vs-pin "$PIN" "$@" | tee "$dir/out.txt"
+    done
+    # The median over the copies of each ratio, per measurement (the line above the table).
+    echo
+    echo "# medians over $COPIES copies"
+    for i in $(seq "$COPIES"); do cat "$WORK/copy$i/out.txt"; done | python3 -c '
+import re, statistics, sys
+head, seen = None, {}
+for line in sys.stdin:
+    if line.strip() and not line.startswith((" ", "#")):
+        head = line.strip()
+    m = re.match(r"\s+ratios, (\d+) thr: (.*)", line)
+    if m and head:
+        for name, v in re.findall(r"(\S+) ([0-9.]+)", m.group(2)):
+            seen.setdefault((head, m.group(1), name), []).append(float(v))
+for (head, thr, name), v in seen.items():
+    print(f"{head}  {thr} thr  {name}  median {statistics.median(v):.2f}  (" + ", ".join(f"{x:.2f}" for x in v) + ")")
+'
     exit
 fi
 

@@ -24,7 +24,7 @@
 #   a directory of their own, so the software token is linked in as installed),
 #   and ends with the median over the copies of each "ratios" line. A copy of a
 #   library lands on other physical pages than the built file; on the virtual
-#   machines where the figures are taken, identical bytes have run 25% apart
+#   machines where the figures are taken, identical bytes have run 22-25% apart
 #   from one file copy to another (docs/PERFORMANCE.md, "Where the library's
 #   pages land"), so a single file measures its placement as much as its code.
 #
@@ -75,45 +75,48 @@ if [ "$FRAMEWORK_MODE" = 1 ]; then
     unset OPENCF_CONF OPENCF_METASLOT_ENABLED OPENCF_METASLOT_KEYSTORE
     mkdir -p "$WORK/xdg"
     export XDG_CONFIG_HOME="$WORK/xdg"
-    if [ "${ZERO_CONFIG:-}" != 1 ]; then
-        printf '[[provider]]\nname = "softtoken"\nmodule = "%s"\n' "$MODULE" >"$WORK/opencf.toml"
-        export OPENCF_CONF="$WORK/opencf.toml"
-    fi
-    # Slot 0 changes the keystore's expired PIN (C_SetPIN goes to the keystore token); the
-    # softtoken loaded directly opens the same keystore and logs in with the new PIN.
+    # pair FRAMEWORK TOKEN DIR ARGS...: one cfspeed run, slot 0 of FRAMEWORK against TOKEN
+    # loaded directly, on a fresh keystore in DIR (with DIR/opencf.toml listing only TOKEN,
+    # unless ZERO_CONFIG=1). Slot 0 changes the keystore's expired PIN (C_SetPIN goes to the
+    # keystore token); the softtoken loaded directly opens the same keystore and logs in with
+    # the new PIN.
+    pair() {
+        local fw="$1" token="$2" dir="$3"
+        shift 3
+        mkdir -p "$dir/softtoken"
+        if [ "${ZERO_CONFIG:-}" != 1 ]; then
+            printf '[[provider]]\nname = "softtoken"\nmodule = "%s"\n' "$token" >"$dir/opencf.toml"
+            export OPENCF_CONF="$dir/opencf.toml"
+        fi
+        OPENCF_SOFTTOKEN_DIR="$dir/softtoken" "$CFSPEED" --module "$fw" --slot 0 \
+            --pin changeme --new-pin "$PIN" --vs-module "$token" --vs-pin "$PIN" "$@"
+    }
     if [ $# -eq 0 ]; then
         set -- CKM_AES_GCM CKM_SHA256_RSA_PKCS --sizes 16 --runs 11
     fi
     COPIES="${COPIES:-1}"
     [[ "$COPIES" =~ ^[1-9][0-9]*$ ]] || { echo "bench: COPIES=$COPIES is not a positive number" >&2; exit 1; }
     if [ "$COPIES" = 1 ]; then
-        "$CFSPEED" --module "$FRAMEWORK" --slot 0 --pin changeme --new-pin "$PIN" \
-            --vs-module "$MODULE" --vs-pin "$PIN" "$@"
+        pair "$FRAMEWORK" "$MODULE" "$WORK" "$@"
         exit
     fi
     accel="$(dirname "$FRAMEWORK")/libopencf_accel.so"
     for i in $(seq "$COPIES"); do
         dir="$WORK/copy$i"
-        mkdir -p "$dir/softtoken"
+        mkdir -p "$dir"
         cp "$FRAMEWORK" "$dir/libopencf.so"
         cp "$MODULE" "$dir/libopencf_softtoken.so"
         if [ -e "$accel" ]; then cp "$accel" "$dir/libopencf_accel.so"; fi
-        if [ "${ZERO_CONFIG:-}" != 1 ]; then
-            printf '[[provider]]\nname = "softtoken"\nmodule = "%s"\n' "$dir/libopencf_softtoken.so" >"$dir/opencf.toml"
-            export OPENCF_CONF="$dir/opencf.toml"
-        fi
         echo "# copy $i of $COPIES: $dir"
-        OPENCF_SOFTTOKEN_DIR="$dir/softtoken" "$CFSPEED" --module "$dir/libopencf.so" --slot 0 \
-            --pin changeme --new-pin "$PIN" --vs-module "$dir/libopencf_softtoken.so" \
-            --vs-pin "$PIN" "$@" | tee "$dir/out.txt"
+        pair "$dir/libopencf.so" "$dir/libopencf_softtoken.so" "$dir" "$@" | tee -a "$WORK/copies.txt"
     done
     # The median over the copies of each ratio, per measurement (the line above the table).
     echo
     echo "# medians over $COPIES copies"
-    for i in $(seq "$COPIES"); do cat "$WORK/copy$i/out.txt"; done | python3 -c '
+    python3 - "$WORK/copies.txt" <<'EOF_PY'
 import re, statistics, sys
 head, seen = None, {}
-for line in sys.stdin:
+for line in open(sys.argv[1]):
     if line.strip() and not line.startswith((" ", "#")):
         head = line.strip()
     m = re.match(r"\s+ratios, (\d+) thr: (.*)", line)
@@ -122,7 +125,7 @@ for line in sys.stdin:
             seen.setdefault((head, m.group(1), name), []).append(float(v))
 for (head, thr, name), v in seen.items():
     print(f"{head}  {thr} thr  {name}  median {statistics.median(v):.2f}  (" + ", ".join(f"{x:.2f}" for x in v) + ")")
-'
+EOF_PY
     exit
 fi
 

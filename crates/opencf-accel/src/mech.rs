@@ -12,7 +12,7 @@
 
 use crate::pad;
 use crate::rsa::RsaKey;
-use crate::sched::Scheduler;
+use crate::sched::{Scheduler, Ticket};
 use opencf_abi::ossl_pk::{set_ctx_params, Param};
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, MechParam, Mechanism};
@@ -165,7 +165,7 @@ fn set_pss<T>(c: &mut PkeyCtxRef<T>, mgf: &MdRef, salt: i32) -> CkResult<()> {
 pub fn private_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
     let ticket = sched.admit(key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
     if ticket.batch() {
-        engine_op(sched, key, c)
+        engine_op(sched, &ticket, key, c)
     } else {
         key.private_openssl(c)
     }
@@ -173,9 +173,14 @@ pub fn private_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Ze
 
 /// Runs `c^d mod n` on the engine. Busy queues: `CKR_DEVICE_MEMORY`; an engine fault (a
 /// result that fails the public-key check): `CKR_DEVICE_ERROR`.
-fn engine_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+fn engine_op(
+    sched: &Scheduler,
+    ticket: &Ticket<'_>,
+    key: &Arc<RsaKey>,
+    c: &[u8],
+) -> CkResult<Zeroizing<Vec<u8>>> {
     let pend = key.begin(c)?;
-    match sched.run(key, &pend) {
+    match sched.run(ticket, key, &pend) {
         Err(_) => Err(CKR_DEVICE_MEMORY),
         Ok(None) => Err(CKR_DEVICE_ERROR),
         Ok(Some([m1, m2])) => key.finish(&pend, &m1, &m2),
@@ -324,7 +329,7 @@ impl SignOp {
             return self.openssl_sign(self.key.openssl(), &input);
         }
         let em = self.encode(&input)?;
-        Ok(engine_op(sched, &self.key, &em)?.to_vec())
+        Ok(engine_op(sched, &ticket, &self.key, &em)?.to_vec())
     }
 
     /// The encoded message of `input` (the data, or the digest of a hash-and-sign
@@ -407,7 +412,10 @@ impl DecryptOp {
         }
         let ticket = sched.admit(self.key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
         let (pkey, c) = if ticket.batch() {
-            (&self.key.identity, engine_op(sched, &self.key, input)?)
+            (
+                &self.key.identity,
+                engine_op(sched, &ticket, &self.key, input)?,
+            )
         } else {
             (self.key.openssl(), Zeroizing::new(input.to_vec()))
         };

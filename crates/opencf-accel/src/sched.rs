@@ -5,26 +5,34 @@
 //! flight for a pass to beat OpenSSL ([`batch_threshold`]), it runs at once with OpenSSL's
 //! own RSA code in the caller's thread (no hand-over to a worker, no wait).
 //!
-//! A request sent to the engine (one RSA private operation) is two halves, pushed together onto one queue,
-//! chosen round-robin. A worker takes the oldest half and up to seven more of the same prime
-//! size from its queue (eight lanes) and runs them at once. It never waits for a batch to fill:
-//! a partial batch runs as soon as the queue holds nothing more of its size, so a lone request
-//! costs no added latency and batches form exactly when requests arrive faster than the
-//! engine serves them. A full queue answers [`Busy`]; the provider turns that into
-//! `CKR_DEVICE_MEMORY`, which the framework treats as "try the next provider".
+//! A request sent to the engine (one RSA private operation) is two halves, pushed together onto
+//! one queue: the one that holds a partial batch (the fullest such), else the shortest, so that
+//! requests fill one batch before they start another. A worker takes the oldest half and up to
+//! seven more of the same prime size (eight lanes), from its own queue first and then from the
+//! others, and runs them at once. A partial batch waits only while other requests admitted to
+//! the engine are still being prepared (blinded) by their callers, and never longer than
+//! [`HOLD`]: a lone request costs no added latency, and requests that arrive together share a
+//! pass. A full queue answers [`Busy`]; the provider turns that into `CKR_DEVICE_MEMORY`,
+//! which the framework treats as "try the next provider".
 
 use crate::engine::{self, Job, Kind, LANES};
 use crate::fault::{self, Fault};
 use crate::rsa::{Pending, RsaKey};
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
 /// Halves a queue holds at most.
 pub const QUEUE_CAPACITY: usize = 64;
+
+/// The longest a worker holds a partial batch for requests still being prepared: a fraction
+/// of one RSA-2048 pass (about 250 µs on the reference machines, docs/ACCEL.md).
+pub const HOLD: Duration = Duration::from_micros(100);
 
 /// The queue was full.
 #[derive(Debug, PartialEq, Eq)]
@@ -43,6 +51,14 @@ struct Half {
 struct Queue {
     items: Mutex<VecDeque<Half>>,
     ready: Condvar,
+    /// `items.len()`, written under the lock, read without it to choose a queue.
+    len: AtomicUsize,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Half>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct Workers {
@@ -57,6 +73,8 @@ pub struct Scheduler {
     next: AtomicUsize,
     /// Requests admitted and not yet answered, on either path.
     in_flight: AtomicUsize,
+    /// What workers read to decide whether to hold a partial batch.
+    demand: Arc<Demand>,
     stop: Arc<AtomicBool>,
     /// Batches run and halves served (for tests and `docs/ACCEL.md` figures).
     stats: Arc<Stats>,
@@ -77,6 +95,8 @@ pub struct Stats {
 pub struct Ticket<'a> {
     sched: &'a Scheduler,
     batch: bool,
+    /// Its halves are queued ([`Scheduler::run`]): no longer counted as coming.
+    queued: Cell<bool>,
 }
 
 impl Ticket<'_> {
@@ -88,6 +108,10 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
+        if self.batch && !self.queued.get() {
+            // Admitted to the engine but never queued (an error before the pass).
+            self.sched.arrived();
+        }
         self.sched.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -100,6 +124,7 @@ impl Scheduler {
             workers: OnceLock::new(),
             next: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
+            demand: Arc::new(Demand::new()),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
         }
@@ -117,12 +142,18 @@ impl Scheduler {
             let threads = queues
                 .iter()
                 .enumerate()
-                .map(|(i, q)| {
-                    let (q, stop, stats, kind) =
-                        (q.clone(), self.stop.clone(), self.stats.clone(), self.kind);
+                .map(|(i, _)| {
+                    let w = Worker {
+                        kind: self.kind,
+                        me: i,
+                        queues: queues.clone(),
+                        demand: self.demand.clone(),
+                        stop: self.stop.clone(),
+                        stats: self.stats.clone(),
+                    };
                     std::thread::Builder::new()
                         .name(format!("opencf-accel-{i}"))
-                        .spawn(move || work(kind, &q, &stop, &stats))
+                        .spawn(move || w.work())
                         .expect("start an accelerator worker")
                 })
                 .collect();
@@ -152,25 +183,66 @@ impl Scheduler {
             return Err(Busy);
         }
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        let batch = fault == Fault::EngineError || n >= batch_threshold(bits);
-        if !batch {
+        let peak = self.demand.observe(n);
+        let batch = fault == Fault::EngineError || peak >= batch_threshold(bits);
+        if batch {
+            self.demand.coming.fetch_add(1, Ordering::Relaxed);
+        } else {
             self.stats.direct.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(Ticket { sched: self, batch })
+        Ok(Ticket {
+            sched: self,
+            batch,
+            queued: Cell::new(false),
+        })
     }
 
-    /// Runs the two halves of `pend` on a worker and waits for them: `Ok(None)` when the
-    /// worker could not answer (the request is lost: treat as an engine error).
+    /// One request admitted to the engine has been queued (or given up): when none is left
+    /// coming, workers holding a partial batch stop waiting for one.
+    fn arrived(&self) {
+        if self.demand.coming.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(w) = self.workers.get() {
+                for q in &w.queues {
+                    // Under the lock: a worker between its check and its wait gets the wakeup.
+                    drop(q.lock());
+                    q.ready.notify_all();
+                }
+            }
+        }
+    }
+
+    /// The queue for the next request: the one holding the fullest partial batch, so that
+    /// batches fill before new ones start; when none holds one, the shortest (round-robin
+    /// among equals).
+    fn pick(&self, queues: &[Arc<Queue>]) -> usize {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let score = |i: usize| {
+            let len = queues[i].len.load(Ordering::Relaxed);
+            match len % LANES {
+                0 => (false, usize::MAX - len),
+                part => (true, part),
+            }
+        };
+        (0..queues.len())
+            .map(|k| (start + k) % queues.len())
+            .max_by_key(|&i| score(i))
+            .unwrap_or(0)
+    }
+
+    /// Runs the two halves of `pend` (admitted to the engine with `ticket`) on a worker and
+    /// waits for them: `Ok(None)` when the worker could not answer (the request is lost:
+    /// treat as an engine error).
     pub fn run(
         &self,
+        ticket: &Ticket<'_>,
         key: &Arc<RsaKey>,
         pend: &Pending,
     ) -> Result<Option<[Zeroizing<Vec<u64>>; 2]>, Busy> {
         let w = self.workers();
-        let q = &w.queues[self.next.fetch_add(1, Ordering::Relaxed) % w.queues.len()];
+        let q = &w.queues[self.pick(&w.queues)];
         let (tx, rx) = sync_channel(2);
         {
-            let mut items = q.items.lock().unwrap_or_else(|e| e.into_inner());
+            let mut items = q.lock();
             if items.len() + 2 > QUEUE_CAPACITY {
                 return Err(Busy);
             }
@@ -182,6 +254,10 @@ impl Scheduler {
                     reply: tx.clone(),
                 });
             }
+            q.len.store(items.len(), Ordering::Relaxed);
+        }
+        if ticket.batch && !ticket.queued.replace(true) {
+            self.arrived();
         }
         q.ready.notify_one();
         drop(tx);
@@ -245,10 +321,9 @@ const THRESHOLD_2048: usize = 2;
 const THRESHOLD_3072: usize = 3;
 const THRESHOLD_4096: usize = 4;
 
-/// Takes the next batch: the oldest half and up to `LANES − 1` more of its prime size.
-fn take_batch(items: &mut VecDeque<Half>) -> Vec<Half> {
-    let bits = items[0].key.p.bits;
-    let mut batch = Vec::with_capacity(LANES);
+/// Moves halves of `bits`-bit primes from `items` into `batch`, oldest first, until it holds
+/// `LANES`.
+fn take_into(items: &mut VecDeque<Half>, bits: usize, batch: &mut Vec<Half>) {
     let mut i = 0;
     while i < items.len() && batch.len() < LANES {
         if items[i].key.p.bits == bits {
@@ -257,21 +332,156 @@ fn take_batch(items: &mut VecDeque<Half>) -> Vec<Half> {
             i += 1;
         }
     }
-    batch
 }
 
-fn work(kind: Kind, q: &Queue, stop: &AtomicBool, stats: &Stats) {
-    loop {
-        let batch = {
-            let mut items = q.items.lock().unwrap_or_else(|e| e.into_inner());
-            while items.is_empty() {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                items = q.ready.wait(items).unwrap_or_else(|e| e.into_inner());
+/// Halves of `bits`-bit primes in `items`.
+fn count_of(items: &VecDeque<Half>, bits: usize) -> usize {
+    items.iter().filter(|h| h.key.p.bits == bits).count()
+}
+
+/// How many requests the engine serves, as workers see it.
+struct Demand {
+    /// Requests admitted to the engine whose halves are not queued yet (being blinded).
+    coming: AtomicUsize,
+    /// Halves in the passes running now.
+    in_pass: AtomicUsize,
+    /// The most requests in flight at once seen in the current window of [`PEAK_WINDOW`] and
+    /// in the one before it (`epoch`: the current window's number since `start`).
+    peak: AtomicUsize,
+    prev_peak: AtomicUsize,
+    epoch: AtomicU64,
+    start: Instant,
+}
+
+/// The window over which [`Demand`] remembers how many requests were in flight at once.
+const PEAK_WINDOW: Duration = Duration::from_millis(2);
+
+impl Demand {
+    fn new() -> Demand {
+        Demand {
+            coming: AtomicUsize::new(0),
+            in_pass: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            prev_peak: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
+            start: Instant::now(),
+        }
+    }
+
+    /// Moves to the current window if it changed.
+    fn tick(&self) {
+        let now = (self.start.elapsed().as_micros() / PEAK_WINDOW.as_micros()) as u64;
+        let e = self.epoch.load(Ordering::Relaxed);
+        if now != e
+            && (self.epoch)
+                .compare_exchange(e, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let last = self.peak.swap(0, Ordering::Relaxed);
+            let prev = if now == e + 1 { last } else { 0 };
+            self.prev_peak.store(prev, Ordering::Relaxed);
+        }
+    }
+
+    /// Records `n` requests in flight; returns the most in flight at once recently (this
+    /// window and the one before), at least `n`. One thread never sees more than one: its
+    /// requests keep OpenSSL's path, while many threads, whose requests come and go, are
+    /// judged by how many they keep in flight rather than by the instant of each arrival.
+    fn observe(&self, n: usize) -> usize {
+        self.tick();
+        let cur = self.peak.fetch_max(n, Ordering::Relaxed).max(n);
+        cur.max(self.prev_peak.load(Ordering::Relaxed))
+    }
+
+    /// Whether more halves are on their way to the queues than the `queued` ones: a request
+    /// admitted is being blinded, or fewer halves are queued or in a pass than the recent
+    /// number of requests in flight accounts for (callers finishing their previous request
+    /// come back with the next).
+    fn more_coming(&self, queued: usize) -> bool {
+        if self.coming.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        self.tick();
+        let peak = (self.peak.load(Ordering::Relaxed)).max(self.prev_peak.load(Ordering::Relaxed));
+        2 * peak > queued + self.in_pass.load(Ordering::Relaxed)
+    }
+}
+
+/// One worker thread: its queue among all of them, and what it shares with the scheduler.
+struct Worker {
+    kind: Kind,
+    me: usize,
+    queues: Vec<Arc<Queue>>,
+    demand: Arc<Demand>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+}
+
+impl Worker {
+    /// The next batch: the oldest half of this worker's queue and up to `LANES − 1` more of
+    /// its prime size, held up to [`HOLD`] while requests admitted to the engine are still
+    /// coming, then topped up from the other queues. `None`: stop.
+    fn next_batch(&self) -> Option<Vec<Half>> {
+        let q = &self.queues[self.me];
+        let mut items = q.lock();
+        while items.is_empty() {
+            if self.stop.load(Ordering::SeqCst) {
+                return None;
             }
-            take_batch(&mut items)
-        };
+            items = q.ready.wait(items).unwrap_or_else(|e| e.into_inner());
+        }
+        let bits = items[0].key.p.bits;
+        let deadline = Instant::now() + HOLD;
+        loop {
+            let queued: usize = count_of(&items, bits)
+                + (self.queues.iter().enumerate())
+                    .filter(|&(i, _)| i != self.me)
+                    .map(|(_, o)| o.len.load(Ordering::Relaxed))
+                    .sum::<usize>();
+            let now = Instant::now();
+            if queued >= LANES
+                || !self.demand.more_coming(queued)
+                || now >= deadline
+                || self.stop.load(Ordering::SeqCst)
+            {
+                break;
+            }
+            items = q
+                .ready
+                .wait_timeout(items, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let mut batch = Vec::with_capacity(LANES);
+        take_into(&mut items, bits, &mut batch);
+        q.len.store(items.len(), Ordering::Relaxed);
+        drop(items);
+        for (i, other) in self.queues.iter().enumerate() {
+            if batch.len() == LANES {
+                break;
+            }
+            if i == self.me || other.len.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            if let Ok(mut items) = other.items.try_lock() {
+                take_into(&mut items, bits, &mut batch);
+                other.len.store(items.len(), Ordering::Relaxed);
+            }
+        }
+        Some(batch)
+    }
+
+    fn work(&self) {
+        let (kind, stats) = (self.kind, &*self.stats);
+        while let Some(batch) = self.next_batch() {
+            let n = batch.len();
+            self.demand.in_pass.fetch_add(n, Ordering::Relaxed);
+            self.run_pass(kind, stats, batch);
+            self.demand.in_pass.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    fn run_pass(&self, kind: Kind, stats: &Stats, batch: Vec<Half>) {
         let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let jobs: Vec<Job> = batch
                 .iter()
@@ -302,8 +512,63 @@ fn work(kind: Kind, q: &Queue, stop: &AtomicBool, stats: &Stats) {
 mod tests {
     use super::*;
 
+    /// Tests that read or set `OPENCF_ACCEL_BATCH` take turns.
+    static ENV: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_burst_keeps_the_engine_and_a_lone_request_returns_to_openssl() {
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let s = Scheduler::new(Kind::Portable);
+        let threshold = batch_threshold(2048);
+        let t0 = Instant::now();
+        let burst: Vec<Ticket> = (0..threshold).map(|_| s.admit(2048).unwrap()).collect();
+        assert!(
+            burst.last().unwrap().batch(),
+            "the threshold's request goes to the engine"
+        );
+        assert_eq!(s.demand.coming.load(Ordering::Relaxed), 1);
+        drop(burst);
+        assert_eq!(
+            s.demand.coming.load(Ordering::Relaxed),
+            0,
+            "dropped before queueing"
+        );
+        let next = s.admit(2048).unwrap();
+        if t0.elapsed() < PEAK_WINDOW {
+            assert!(
+                next.batch(),
+                "alone now, but many were in flight a moment ago"
+            );
+        }
+        drop(next);
+        std::thread::sleep(3 * PEAK_WINDOW);
+        let lone = s.admit(2048).unwrap();
+        assert!(
+            !lone.batch(),
+            "a lone request after a quiet spell: OpenSSL's path"
+        );
+    }
+
+    #[test]
+    fn requests_fill_a_partial_batch_before_starting_another() {
+        let s = Scheduler::new(Kind::Portable);
+        let queues: Vec<Arc<Queue>> = (0..3).map(|_| Arc::default()).collect();
+        let set = |lens: [usize; 3]| {
+            for (q, l) in queues.iter().zip(lens) {
+                q.len.store(l, Ordering::Relaxed);
+            }
+        };
+        set([0, 2, 4]);
+        assert_eq!(s.pick(&queues), 2, "the fullest partial batch");
+        set([LANES, 0, 2 * LANES]);
+        assert_eq!(s.pick(&queues), 1, "no partial batch: the shortest queue");
+        set([LANES + 6, 2, 0]);
+        assert_eq!(s.pick(&queues), 0);
+    }
+
     #[test]
     fn admission_counts_requests_in_flight() {
+        let _env = ENV.lock().unwrap_or_else(|e| e.into_inner());
         let s = Scheduler::new(Kind::Portable);
         std::env::remove_var("OPENCF_ACCEL_BATCH");
         let a = s.admit(2048).unwrap();
@@ -317,9 +582,12 @@ mod tests {
         assert_eq!(s.in_flight.load(Ordering::Relaxed), 2);
         drop(b);
         drop(a);
-        let c = s.admit(3072).unwrap();
         std::env::remove_var("OPENCF_ACCEL_BATCH");
-        assert!(!c.batch(), "alone again: below the threshold");
+        let c = s.admit(3072).unwrap();
+        assert!(
+            !c.batch(),
+            "two in flight a moment ago: below the threshold of 3072 bits"
+        );
         drop(c);
         assert_eq!(s.in_flight.load(Ordering::Relaxed), 0);
         assert_eq!(s.stats().direct.load(Ordering::Relaxed), 2);

@@ -1,8 +1,8 @@
 //! The scheduler: one worker thread per core, each with a bounded queue of CRT
 //! half-exponentiations, started at the first request.
 //!
-//! Each request is first admitted ([`Scheduler::admit`]): unless enough requests are in
-//! flight for a pass to beat OpenSSL ([`batch_threshold`]), it runs at once with OpenSSL's
+//! Each request is first admitted ([`Scheduler::admit`]): unless enough requests were in
+//! flight recently for a pass to beat OpenSSL ([`batch_threshold`]), it runs at once with OpenSSL's
 //! own RSA code in the caller's thread (no hand-over to a worker, no wait).
 //!
 //! A request sent to the engine (one RSA private operation) is two halves, pushed together onto
@@ -172,9 +172,10 @@ impl Scheduler {
     }
 
     /// Admits a request for a `bits`-bit key and chooses its path. It goes to the engine
-    /// when, counting itself, at least [`batch_threshold`]`(bits)` requests are in flight
-    /// (then passes fill enough to beat OpenSSL); otherwise it runs at once with
-    /// OpenSSL in the caller's thread, so a lone request never waits for a worker. The fault
+    /// when at least [`batch_threshold`]`(bits)` requests were in flight at once recently
+    /// (counting itself; the last 2 to 4 ms), so that passes fill enough to beat OpenSSL;
+    /// otherwise it runs at once with OpenSSL in the caller's thread, so a lone request
+    /// never waits for a worker. The fault
     /// switch `engine-error` sends every request to the engine (it tests the engine's
     /// check); `busy` refuses every request.
     pub fn admit(&self, bits: usize) -> Result<Ticket<'_>, Busy> {

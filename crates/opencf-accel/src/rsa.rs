@@ -90,7 +90,6 @@ pub struct RsaKey {
     qinv_r: Zeroizing<Vec<u64>>,
     nm: Mont,
     n_bn: BigNum,
-    e_bn: BigNum,
     blinding: Vec<Mutex<Option<Blinding>>>,
     next: AtomicUsize,
     /// The modulus with exponents 1 (no primes): OpenSSL's padding code applied to a value
@@ -98,7 +97,7 @@ pub struct RsaKey {
     pub identity: PKey<Private>,
     /// The key itself for OpenSSL's own RSA code ([`RsaKey::private_openssl`]).
     openssl: PKey<Private>,
-    /// The same key as an `RSA` object, for the check of a result with the public exponent:
+    /// The same key as an `RSA` object, for the public operation ([`RsaKey::public_op`]):
     /// OpenSSL keeps its Montgomery context for `n` there after the first use.
     public: Rsa<Private>,
 }
@@ -180,7 +179,6 @@ impl RsaKey {
             qinv_r,
             nm: Mont::new(&n, bits / 64).map_err(err)?,
             n_bn: n,
-            e_bn: e,
             blinding: (0..BLINDING_SLOTS).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             identity,
@@ -262,9 +260,8 @@ impl RsaKey {
             if r.num_bits() < 2 || ai.mod_inverse(&r, &self.n_bn, &mut ctx).is_err() {
                 continue;
             }
-            let mut a = BigNum::new().map_err(fail)?;
-            a.mod_exp(&r, &self.e_bn, &self.n_bn, &mut ctx)
-                .map_err(fail)?;
+            let r = Zeroizing::new(r.to_vec_padded(self.k as i32).map_err(fail)?);
+            let a = bn(&self.public_op(&r)?)?;
             return Ok(Blinding {
                 a: self.nm.to_mont_bn(&a).map_err(fail)?,
                 ai: self.nm.to_mont_bn(&ai).map_err(fail)?,
@@ -346,15 +343,21 @@ impl RsaKey {
     /// Montgomery context of `n` (building it at each check cost a division of a 4096-bit
     /// number: a third of the check).
     fn checks(&self, s: &[u64], x: &[u64]) -> CkResult<bool> {
-        let s = Zeroizing::new(be_from_words(s, self.k));
+        let v = self.public_op(&Zeroizing::new(be_from_words(s, self.k)))?;
+        Ok(ct::equal(&words_from_be(&v, self.nm.limbs()), x))
+    }
+
+    /// `x^e mod n` of `x` (`k` big-endian bytes, below `n`), `k` bytes: OpenSSL's raw public
+    /// operation on the key's `RSA` object, whose Montgomery context of `n` is built once.
+    fn public_op(&self, x: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
         let mut v = Zeroizing::new(vec![0u8; self.k]);
         let n = (self.public)
-            .public_encrypt(&s, &mut v, Padding::NONE)
+            .public_encrypt(x, &mut v, Padding::NONE)
             .map_err(|_| CKR_FUNCTION_FAILED)?;
         if n != self.k {
             return Err(CKR_FUNCTION_FAILED);
         }
-        Ok(ct::equal(&words_from_be(&v, self.nm.limbs()), x))
+        Ok(v)
     }
 
     /// The raw private operation `c^d mod n` on `kind`, without the scheduler.

@@ -9,8 +9,9 @@
 //! one queue: the one that holds a partial batch (the fullest such), else the shortest, so that
 //! requests fill one batch before they start another. A worker takes the oldest half and up to
 //! seven more of the same prime size (eight lanes), from its own queue first and then from the
-//! others, and runs them at once. A partial batch waits only while other requests admitted to
-//! the engine are still being prepared (blinded) by their callers, and never longer than
+//! others, and runs them at once. A partial batch waits only while more requests are on their
+//! way (admitted to the engine and being blinded by their callers, or fewer halves queued and
+//! in passes than the recent number of requests in flight accounts for), and never longer than
 //! [`HOLD`]: a lone request costs no added latency, and requests that arrive together share a
 //! pass. A full queue answers [`Busy`]; the provider turns that into `CKR_DEVICE_MEMORY`,
 //! which the framework treats as "try the next provider".
@@ -280,7 +281,7 @@ impl Scheduler {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(w) = self.workers.get() {
             for q in &w.queues {
-                let _g = q.items.lock().unwrap_or_else(|e| e.into_inner());
+                let _g = q.lock();
                 q.ready.notify_all();
             }
             let threads = std::mem::take(&mut *w.threads.lock().unwrap_or_else(|e| e.into_inner()));
@@ -390,8 +391,13 @@ impl Demand {
     /// judged by how many they keep in flight rather than by the instant of each arrival.
     fn observe(&self, n: usize) -> usize {
         self.tick();
-        let cur = self.peak.fetch_max(n, Ordering::Relaxed).max(n);
-        cur.max(self.prev_peak.load(Ordering::Relaxed))
+        self.peak.fetch_max(n, Ordering::Relaxed);
+        self.recent().max(n)
+    }
+
+    /// The most requests in flight at once in this window and the one before.
+    fn recent(&self) -> usize {
+        (self.peak.load(Ordering::Relaxed)).max(self.prev_peak.load(Ordering::Relaxed))
     }
 
     /// Whether more halves are on their way to the queues than the `queued` ones: a request
@@ -403,8 +409,7 @@ impl Demand {
             return true;
         }
         self.tick();
-        let peak = (self.peak.load(Ordering::Relaxed)).max(self.prev_peak.load(Ordering::Relaxed));
-        2 * peak > queued + self.in_pass.load(Ordering::Relaxed)
+        2 * self.recent() > queued + self.in_pass.load(Ordering::Relaxed)
     }
 }
 
@@ -473,16 +478,16 @@ impl Worker {
     }
 
     fn work(&self) {
-        let (kind, stats) = (self.kind, &*self.stats);
         while let Some(batch) = self.next_batch() {
             let n = batch.len();
             self.demand.in_pass.fetch_add(n, Ordering::Relaxed);
-            self.run_pass(kind, stats, batch);
+            self.run_pass(batch);
             self.demand.in_pass.fetch_sub(n, Ordering::Relaxed);
         }
     }
 
-    fn run_pass(&self, kind: Kind, stats: &Stats, batch: Vec<Half>) {
+    fn run_pass(&self, batch: Vec<Half>) {
+        let (kind, stats) = (self.kind, &*self.stats);
         let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let jobs: Vec<Job> = batch
                 .iter()

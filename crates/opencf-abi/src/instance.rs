@@ -255,8 +255,12 @@ fn clear_thread_cache() {
 /// `C_Initialize` after argument checks: builds the backend with [`Backend::initialize`]
 /// (outside the lock) and publishes it. `CKR_CRYPTOKI_ALREADY_INITIALIZED` when a backend is
 /// initialized (a call racing with one in progress waits for it to finish first). In a fork child the parent's instance is forgotten first.
+/// The first call also gives this module's copy of OpenSSL its memory functions
+/// ([`crate::ossl_mem`]).
 pub fn initialize<B: Backend>(args: &InitArgs) -> CkResult<()> {
     register_atfork();
+    // Before the backend (or anything else in this module) allocates through OpenSSL.
+    crate::ossl_mem::install();
     // A concurrent C_Initialize waits for the one in progress: when it returns, the module
     // is usable (ALREADY_INITIALIZED) or, if the first attempt failed, it tries itself.
     loop {

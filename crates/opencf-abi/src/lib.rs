@@ -17,7 +17,8 @@
 //! [`provider::Provider`]: the same safe types ([`Mechanism`], [`Attribute`], [`OutBuf`], …)
 //! turned back into C structures, with methods named as the [`Backend`] methods so a
 //! framework can forward calls one to one. [`os`] holds the few operating-system queries
-//! other crates need (process CPU time), so they too can forbid `unsafe`.
+//! other crates need (process CPU time), so they too can forbid `unsafe`. [`ossl_mem`] keeps each
+//! module's copy of OpenSSL from placing a small block across a page boundary.
 
 #![warn(missing_docs, unsafe_op_in_unsafe_fn)]
 
@@ -30,6 +31,7 @@ pub mod export;
 pub mod instance;
 pub mod os;
 pub mod ossl;
+pub mod ossl_mem;
 mod params;
 mod params_out;
 pub mod provider;

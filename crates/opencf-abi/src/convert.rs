@@ -86,15 +86,28 @@ pub(crate) unsafe fn bytes_mut<'a>(p: *mut u8, len: CK_ULONG) -> CkResult<&'a mu
 /// # Safety
 /// A non-NULL `p` must be valid for reading `len` bytes.
 pub(crate) unsafe fn copy_inner(p: *const c_void, len: CK_ULONG, err: CK_RV) -> CkResult<Vec<u8>> {
+    // SAFETY: per the function's contract.
+    Ok(unsafe { inner_slice(p, len, err) }?.to_vec())
+}
+
+/// The bytes behind a structure's inner pointer, checked as by [`copy_inner`], not copied.
+///
+/// # Safety
+/// A non-NULL `p` must be valid for reading `len` bytes for the returned lifetime.
+pub(crate) unsafe fn inner_slice<'a>(
+    p: *const c_void,
+    len: CK_ULONG,
+    err: CK_RV,
+) -> CkResult<&'a [u8]> {
     let n = checked_len(len, err)?;
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     if p.is_null() {
         return Err(err);
     }
     // SAFETY: per the function's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec())
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
 }
 
 /// Input bytes that may have been copied because they overlap the output buffer (in-place

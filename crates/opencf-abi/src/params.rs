@@ -14,7 +14,7 @@
 use std::ffi::c_void;
 use std::mem::size_of;
 
-use crate::convert::copy_inner;
+use crate::convert::{copy_inner, inner_slice};
 use crate::sys::*;
 use crate::types::*;
 
@@ -131,6 +131,47 @@ pub(crate) unsafe fn mechanism(p: *const CK_MECHANISM) -> CkResult<Mechanism> {
             param,
         })
     }
+}
+
+/// As [`parse`], into `dst`: a GCM parameter that replaces a GCM parameter reuses its IV and
+/// AAD buffers (a framework keeping a copy of each init's parameter allocates nothing then);
+/// any other parameter replaces `dst`. On error `dst` is unspecified but valid.
+///
+/// # Safety
+/// As for [`mechanism`].
+pub(crate) unsafe fn parse_into(
+    mech: CK_MECHANISM_TYPE,
+    p: *const c_void,
+    len: CK_ULONG,
+    dst: &mut MechParam,
+) -> CkResult<()> {
+    if let (
+        CKM_AES_GCM,
+        MechParam::Gcm {
+            iv,
+            iv_bits,
+            aad,
+            tag_bits,
+        },
+    ) = (mech, &mut *dst)
+    {
+        // SAFETY (whole block): per the function's contract.
+        unsafe {
+            let s: CK_GCM_PARAMS = read_struct(p, len)?;
+            let new_iv = inner_slice(s.pIv as *const c_void, s.ulIvLen, INVALID)?;
+            let new_aad = inner_slice(s.pAAD as *const c_void, s.ulAADLen, INVALID)?;
+            iv.clear();
+            iv.extend_from_slice(new_iv);
+            aad.clear();
+            aad.extend_from_slice(new_aad);
+            *iv_bits = s.ulIvBits;
+            *tag_bits = s.ulTagBits;
+        }
+        return Ok(());
+    }
+    // SAFETY: per the function's contract.
+    *dst = unsafe { parse(mech, p, len) }?;
+    Ok(())
 }
 
 /// Reads only the mechanism type of a `CK_MECHANISM` (for calls whose mechanism takes no
@@ -402,6 +443,67 @@ mod tests {
             unsafe { mechanism(ptr::null()) }.unwrap_err(),
             CKR_ARGUMENTS_BAD
         );
+    }
+
+    /// `parse_into` gives what `parse` gives, whatever `dst` held before, and reuses a GCM
+    /// parameter's buffers.
+    #[test]
+    fn parse_into_equals_parse_and_reuses_gcm_buffers() {
+        let mut iv = [7u8; 16];
+        let mut aad = *b"additional data";
+        let gcm = |iv_len: usize, aad_len: usize, iv: &mut [u8], aad: &mut [u8]| CK_GCM_PARAMS {
+            pIv: iv.as_mut_ptr(),
+            ulIvLen: iv_len as CK_ULONG,
+            ulIvBits: 8 * iv_len as CK_ULONG,
+            pAAD: aad.as_mut_ptr(),
+            ulAADLen: aad_len as CK_ULONG,
+            ulTagBits: 96,
+        };
+        let into = |mech: CK_MECHANISM_TYPE, s: &CK_GCM_PARAMS, dst: &mut MechParam| unsafe {
+            parse_into(
+                mech,
+                s as *const _ as *const c_void,
+                size_of::<CK_GCM_PARAMS>() as _,
+                dst,
+            )
+        };
+        let mut dst = MechParam::Bytes(vec![1, 2, 3]);
+        let big = gcm(16, 15, &mut iv, &mut aad);
+        into(CKM_AES_GCM, &big, &mut dst).unwrap();
+        assert_eq!(dst, parse_struct(CKM_AES_GCM, &big).unwrap());
+        let MechParam::Gcm { iv: ref v, .. } = dst else {
+            panic!("GCM")
+        };
+        let buffer = v.as_ptr();
+        // A shorter IV and AAD into the same buffers.
+        let small = gcm(12, 3, &mut iv, &mut aad);
+        into(CKM_AES_GCM, &small, &mut dst).unwrap();
+        assert_eq!(dst, parse_struct(CKM_AES_GCM, &small).unwrap());
+        let MechParam::Gcm { iv: ref v, .. } = dst else {
+            panic!("GCM")
+        };
+        assert_eq!(v.as_ptr(), buffer, "the IV buffer was reused");
+        // A bad parameter is refused as by parse.
+        let bad = CK_GCM_PARAMS {
+            pAAD: ptr::null_mut(),
+            ..small
+        };
+        assert_eq!(into(CKM_AES_GCM, &bad, &mut dst).unwrap_err(), INVALID);
+        // Another mechanism replaces the GCM parameter.
+        let mac: CK_ULONG = 10;
+        let raw = CK_MECHANISM {
+            mechanism: CKM_SHA256_HMAC_GENERAL,
+            pParameter: &mac as *const CK_ULONG as *mut c_void,
+            ulParameterLen: size_of::<CK_ULONG>() as CK_ULONG,
+        };
+        let mut m = Mechanism::new(CKM_AES_GCM);
+        m.param = dst;
+        unsafe { RawMechanism::new(&raw) }
+            .unwrap()
+            .parse_into(&mut m)
+            .unwrap();
+        assert_eq!(m.mechanism, CKM_SHA256_HMAC_GENERAL);
+        assert_eq!(m.param, MechParam::Ulong(10));
     }
 
     #[test]
@@ -745,6 +847,18 @@ impl RawMechanism<'_> {
         // SAFETY: the pointer is the caller's, valid while `self` lives (see `new`).
         unsafe { mechanism(self.ptr) }
     }
+    /// As [`RawMechanism::parse`], into `dst`, reusing its buffers where it can (see
+    /// [`MechRef::copy_into`]).
+    pub fn parse_into(&self, dst: &mut Mechanism) -> CkResult<()> {
+        // SAFETY: the pointer is the caller's, valid while `self` lives (see `new`); the
+        // parameter is valid for its length, as for `parse`.
+        unsafe {
+            let m = self.ptr.read_unaligned();
+            parse_into(m.mechanism, m.pParameter, m.ulParameterLen, &mut dst.param)?;
+            dst.mechanism = m.mechanism;
+        }
+        Ok(())
+    }
     /// The pointer, to pass on to a provider.
     pub(crate) fn as_ptr(&self) -> *mut CK_MECHANISM {
         self.ptr as *mut CK_MECHANISM
@@ -774,6 +888,18 @@ impl MechRef<'_> {
         match self {
             MechRef::Parsed(m) => Ok((*m).clone()),
             MechRef::Raw(r) => r.parse(),
+        }
+    }
+    /// An owned, parsed copy written over `dst`, whose buffers are reused when both are GCM
+    /// parameters (the IV and AAD): what [`MechRef::to_mechanism`] gives, without an
+    /// allocation per init for a caller that keeps one `Mechanism` for the purpose.
+    pub fn copy_into(&self, dst: &mut Mechanism) -> CkResult<()> {
+        match self {
+            MechRef::Parsed(m) => {
+                dst.clone_from(m);
+                Ok(())
+            }
+            MechRef::Raw(r) => r.parse_into(dst),
         }
     }
 }

@@ -112,7 +112,9 @@ fn gcm_through_slot0(s: &Session, stat: &Path, len: usize) -> (u64, u64) {
         .expect("C_CreateObject (AES) through slot 0");
     let mut data = vec![0u8; len];
     openssl::rand::rand_bytes(&mut data).unwrap();
-    let (mut iv, aad) = ([9u8; 12], b"header".to_vec());
+    // IV and AAD differ with the length, so that a parameter kept from an earlier operation
+    // of the session would show in the result.
+    let (mut iv, aad) = ([len as u8; 12], format!("header of {len}").into_bytes());
     let mut tag = [0u8; 16];
     let mut want = openssl::symm::encrypt_aead(
         Cipher::aes_128_gcm(),
@@ -350,17 +352,27 @@ fn slot0_with_accel_first_and_fallback() {
     let big = gcm_through_slot0(&s, &stat, 3 * GCM_MIN + 5);
     // (The decryption's input is the ciphertext and its 16-byte tag.)
     let small = gcm_through_slot0(&s, &stat, GCM_MIN - 17);
+    // The same session again: a large input after small ones moves to the accelerator (the
+    // session's shortcut for repeated inits keeps the parameter for it), a small one stays.
+    let big_again = gcm_through_slot0(&s, &stat, 2 * GCM_MIN + 1);
+    let small_again = gcm_through_slot0(&s, &stat, 16);
     std::env::set_var("OPENCF_ACCEL_FAULT", "busy");
     let faulty = gcm_through_slot0(&s, &stat, 2 * GCM_MIN);
     std::env::remove_var("OPENCF_ACCEL_FAULT");
-    eprintln!("AES-GCM (accel, softtoken) ops: large {big:?}, small {small:?}, busy {faulty:?}");
+    eprintln!(
+        "AES-GCM (accel, softtoken) ops: large {big:?}, small {small:?}, large {big_again:?}, \
+         small {small_again:?}, busy {faulty:?}"
+    );
     if bulk {
         assert_eq!(big, (2, 0), "large AES-GCM runs on the accelerator");
+        assert_eq!(big_again, (2, 0), "and again after small ones");
     } else {
         eprintln!("SKIP: no bulk engine here; the softtoken served");
         assert_eq!(big, (0, 2));
+        assert_eq!(big_again, (0, 2));
     }
     assert_eq!(small, (0, 2), "below min_bytes the softtoken runs AES-GCM");
+    assert_eq!(small_again, (0, 2), "and again after a large one");
     assert_eq!(
         faulty,
         (0, 2),

@@ -129,6 +129,10 @@ pub struct Op {
     /// Bound at init to the candidate for the smallest input although a `min_bytes` threshold
     /// applies: a single-part call with more data may move it (see `route::meta_single`).
     pub eager: bool,
+    /// For an eager operation: the smallest single-part input that an earlier candidate
+    /// takes ([`crate::route::Route::move_at`]); below it the operation stays where it is.
+    /// 0 (every input is checked against the route) unless set where the operation is bound.
+    pub move_at: u64,
     /// What another candidate needs to run the operation, kept only while one may still have
     /// to (binding deferred, or a later candidate for failover).
     pub kept: Option<Box<Kept>>,
@@ -147,6 +151,7 @@ impl Op {
             bound: None,
             bytes: 0,
             eager: false,
+            move_at: 0,
             kept,
         }
     }
@@ -171,6 +176,8 @@ pub struct Direct {
     /// Bound for the smallest input: a larger single-part input may move the operation to a
     /// candidate with a threshold, so the parameter is kept ([`Op::eager`]).
     pub eager: bool,
+    /// The eager operation's [`Op::move_at`].
+    pub move_at: u64,
 }
 
 /// The init arguments of an [`Op`] that a later binding repeats.
@@ -180,6 +187,16 @@ pub struct Kept {
     pub mech: Mechanism,
     /// Extra init data (the signature of `C_VerifySignatureInit`).
     pub extra: Vec<u8>,
+}
+
+impl Kept {
+    /// Nothing kept yet: a buffer for [`MetaSession::spare`].
+    pub fn empty() -> Box<Kept> {
+        Box::new(Kept {
+            mech: Mechanism::new(0),
+            extra: Vec::new(),
+        })
+    }
 }
 
 /// A metaslot session.
@@ -210,6 +227,11 @@ pub struct MetaSession {
     /// have taken at init: the next init of the same mechanism goes straight to the keystore
     /// session (the route, the session and the key handle there cannot have changed).
     pub direct: [Option<Direct>; OP_KINDS],
+    /// A [`Kept`] whose buffers the session's inits on the short path reuse: an eager init
+    /// keeps its parameter there (returned when the operation ends on the short path), and
+    /// an init bound to the linked keystore parses its parameter there for the keystore
+    /// instead of the keystore allocating a parse of its own.
+    pub spare: Option<Box<Kept>>,
 }
 
 /// One operation in this many has its latency measured for `cryptoadm stat` (reading the
@@ -231,6 +253,7 @@ impl MetaSession {
             shard: opencf_stat::Shard::claim(),
             last_counters: None,
             direct: [None; OP_KINDS],
+            spare: None,
         }
     }
     /// The session's counters of provider `prov` for mechanism `mech` (`stats`: that

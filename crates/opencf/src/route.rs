@@ -217,6 +217,14 @@ impl Route {
             .find(|&i| self.takes_len(i, len))
             .unwrap_or(0)
     }
+    /// The smallest single-part input that a candidate before candidate `i` takes (so
+    /// `first_for_len(len) < i` exactly when `len` reaches it); `u64::MAX` when none does.
+    pub fn move_at(&self, i: usize) -> u64 {
+        (0..i.min(self.cands.len()))
+            .map(|j| self.min[j].unwrap_or(0))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
 }
 
 /// The routes of every mechanism of the metaslot, by kind of operation.
@@ -607,7 +615,8 @@ impl OpenCf {
         key: Option<CK_OBJECT_HANDLE>,
         extra: &[u8],
     ) -> CkResult<()> {
-        let mut ms = m.lock();
+        let mut guard = m.lock();
+        let ms = &mut *guard;
         let mt = mech.mechanism();
         match ms.direct[kind as usize] {
             Some(d) if d.mech == mt && ms.ops[kind as usize].is_none() => {
@@ -615,16 +624,26 @@ impl OpenCf {
                 let at = self.at(&d.b, ms.ks_pin.as_ref());
                 let key_h = key.unwrap_or(0);
                 let r = if d.eager {
-                    let kept = Box::new(Kept {
-                        mech: mech.to_mechanism()?,
-                        extra: extra.to_vec(),
-                    });
+                    // The session's spare copy, its buffers reused.
+                    let mut kept = ms.spare.take().unwrap_or_else(Kept::empty);
+                    mech.copy_into(&mut kept.mech)?;
+                    kept.extra.clear();
+                    kept.extra.extend_from_slice(extra);
                     self.init_on(kind, at, (&kept.mech).into(), key_h, extra)
                         .map(|()| Op {
                             bound: Some(d.b),
                             eager: true,
+                            move_at: d.move_at,
                             ..Op::new(mt, key, Some(kept))
                         })
+                } else if at.pin.is_some() {
+                    // The linked keystore takes a parsed mechanism: parse it into the spare
+                    // copy's buffers rather than have the keystore allocate a new parse.
+                    let mut kept = ms.spare.take().unwrap_or_else(Kept::empty);
+                    mech.copy_into(&mut kept.mech)?;
+                    let r = self.init_on(kind, at, (&kept.mech).into(), key_h, extra);
+                    ms.spare = Some(kept);
+                    r.map(|()| Op::bound_to(mt, key, d.b))
                 } else {
                     self.init_on(kind, at, mech, key_h, extra)
                         .map(|()| Op::bound_to(mt, key, d.b))
@@ -642,7 +661,7 @@ impl OpenCf {
                     }
                 }
             }
-            _ => self.meta_init_routed(&mut ms, kind, mech, key, extra),
+            _ => self.meta_init_routed(ms, kind, mech, key, extra),
         }
     }
 
@@ -675,6 +694,7 @@ impl OpenCf {
                     mech: mt,
                     b,
                     eager: false,
+                    move_at: 0,
                 });
             }
             ms.ops[kind as usize] = Some(Op::bound_to(mt, key, b));
@@ -697,15 +717,16 @@ impl OpenCf {
             if self.p(cands[small]).has_v3() {
                 self.bind(ms, kind, &mut op, small, Some(0))?;
                 op.eager = true;
-                match op.bound {
-                    Some(b) if b.ks && b.idx + 1 == cands.len() => {
+                if let Some(b) = op.bound {
+                    op.move_at = route.move_at(b.idx);
+                    if b.ks && b.idx + 1 == cands.len() {
                         ms.direct[kind as usize] = Some(Direct {
                             mech: mt,
                             b,
                             eager: true,
+                            move_at: op.move_at,
                         });
                     }
-                    _ => {}
                 }
             } else if let Some(k) = key {
                 // Bind when the data length is known; check the key now.
@@ -721,8 +742,9 @@ impl OpenCf {
     /// A metaslot single-part call (`C_Encrypt`, `C_Sign`, …) of `len` input bytes. `query`:
     /// the output buffer is NULL, so an `Ok` leaves the operation active. A recoverable error
     /// re-runs the whole operation on the next candidate. The common case — an operation bound
-    /// at init that no threshold may move, and no error — is kept short; binding, moving and
-    /// failover are in [`OpenCf::meta_single_routed`].
+    /// at init that no threshold moves for an input of this length ([`Op::move_at`]), and no
+    /// error — is kept short; binding, moving and failover are in
+    /// [`OpenCf::meta_single_routed`].
     pub fn meta_single(
         &self,
         m: &opencf_abi::sync::SessionLock<MetaSession>,
@@ -734,7 +756,8 @@ impl OpenCf {
         let mut ms = m.lock();
         let ms = &mut *ms;
         let bound = match &ms.ops[kind as usize] {
-            Some(op) if !op.eager => op.bound,
+            // Eager: bound for the smallest input, and this one is too small to move it.
+            Some(op) if !op.eager || (len as u64) < op.move_at => op.bound,
             _ => None,
         };
         let Some(b) = bound else {
@@ -751,7 +774,9 @@ impl OpenCf {
             }
             r => {
                 ran(b.counters, &r, len as u64, t0);
-                ms.ops[kind as usize] = None;
+                if let Some(Op { kept: Some(k), .. }) = ms.ops[kind as usize].take() {
+                    ms.spare = Some(k);
+                }
                 r
             }
         }

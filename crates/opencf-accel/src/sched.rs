@@ -22,7 +22,6 @@ use crate::rsa::{Pending, RsaKey};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,7 +44,60 @@ struct Half {
     /// 0: the `p` half, 1: the `q` half.
     which: usize,
     base: Zeroizing<Vec<u64>>,
-    reply: SyncSender<(usize, Zeroizing<Vec<u64>>)>,
+    reply: Replier,
+}
+
+/// Where the two halves of one request meet: the caller waits until both are settled and is
+/// woken once, by the worker that settles the second (not once per half).
+#[derive(Default)]
+struct Reply {
+    state: Mutex<Settled>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct Settled {
+    halves: [Option<Zeroizing<Vec<u64>>>; 2],
+    /// Halves answered or lost.
+    count: usize,
+    /// A half was dropped unanswered (its pass panicked, or the scheduler stopped).
+    lost: bool,
+}
+
+/// A half's handle on its request's [`Reply`]: answers once ([`Replier::send`]); dropped
+/// unanswered, it settles the half as lost, so the caller never waits for it forever.
+struct Replier {
+    reply: Arc<Reply>,
+    which: usize,
+    settled: bool,
+}
+
+impl Replier {
+    fn send(mut self, result: Zeroizing<Vec<u64>>) {
+        self.settle(Some(result));
+    }
+
+    fn settle(&mut self, result: Option<Zeroizing<Vec<u64>>>) {
+        self.settled = true;
+        let mut s = self.reply.state.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Some(r) => s.halves[self.which] = Some(r),
+            None => s.lost = true,
+        }
+        s.count += 1;
+        if s.count == 2 {
+            drop(s);
+            self.reply.done.notify_one();
+        }
+    }
+}
+
+impl Drop for Replier {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.settle(None);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -242,7 +294,7 @@ impl Scheduler {
     ) -> Result<Option<[Zeroizing<Vec<u64>>; 2]>, Busy> {
         let w = self.workers();
         let q = &w.queues[self.pick(&w.queues)];
-        let (tx, rx) = sync_channel(2);
+        let reply = Arc::new(Reply::default());
         {
             let mut items = q.lock();
             if items.len() + 2 > QUEUE_CAPACITY {
@@ -253,7 +305,11 @@ impl Scheduler {
                     key: key.clone(),
                     which,
                     base: base.clone(),
-                    reply: tx.clone(),
+                    reply: Replier {
+                        reply: reply.clone(),
+                        which,
+                        settled: false,
+                    },
                 });
             }
             q.len.store(items.len(), Ordering::Relaxed);
@@ -262,15 +318,14 @@ impl Scheduler {
             self.arrived();
         }
         q.ready.notify_one();
-        drop(tx);
-        let mut out: [Option<Zeroizing<Vec<u64>>>; 2] = [None, None];
-        for _ in 0..2 {
-            match rx.recv() {
-                Ok((which, r)) => out[which] = Some(r),
-                Err(_) => return Ok(None),
-            }
+        let mut s = reply.state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.count < 2 {
+            s = reply.done.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        let [Some(a), Some(b)] = out else {
+        if s.lost {
+            return Ok(None);
+        }
+        let [Some(a), Some(b)] = std::mem::take(&mut s.halves) else {
             return Ok(None);
         };
         Ok(Some([a, b]))
@@ -500,7 +555,7 @@ impl Worker {
         }));
         stats.passes.fetch_add(1, Ordering::Relaxed);
         stats.halves.fetch_add(batch.len(), Ordering::Relaxed);
-        // A panic drops the reply senders: the callers see an engine error.
+        // A panic drops the repliers unanswered: the callers see an engine error.
         if let Ok(results) = results {
             let corrupt = fault::current() == Fault::EngineError;
             for (h, mut r) in batch.into_iter().zip(results) {
@@ -508,7 +563,7 @@ impl Worker {
                     // The fault switch: a flipped bit, which the public-key check must catch.
                     r[0] ^= 1;
                 }
-                let _ = h.reply.send((h.which, r));
+                h.reply.send(r);
             }
         }
     }
@@ -553,6 +608,34 @@ mod tests {
             !lone.batch(),
             "a lone request after a quiet spell: OpenSSL's path"
         );
+    }
+
+    #[test]
+    fn a_reply_wakes_its_caller_once_both_halves_are_settled() {
+        let reply = Arc::new(Reply::default());
+        let half = |which| Replier {
+            reply: reply.clone(),
+            which,
+            settled: false,
+        };
+        let (p, q) = (half(0), half(1));
+        let worker = std::thread::spawn(move || {
+            p.send(Zeroizing::new(vec![7]));
+            // The `q` half never answered (as when its pass panics).
+            drop(q);
+        });
+        let mut s = reply.state.lock().unwrap();
+        while s.count < 2 {
+            s = reply.done.wait(s).unwrap();
+        }
+        assert!(s.lost, "the dropped half is lost");
+        assert_eq!(
+            s.halves[0].as_deref().map(|v| v.as_slice()),
+            Some(&[7u64][..])
+        );
+        assert!(s.halves[1].is_none());
+        drop(s);
+        worker.join().unwrap();
     }
 
     #[test]

@@ -18,7 +18,7 @@
 # reference machine the rate of a small operation through slot 0 moves by up to 20% with where
 # the link puts the hot code (a few hundred bytes either way), and the lead was chosen by
 # measuring six leads (docs/PERFORMANCE.md, "Link layout"). After regenerating the scripts or
-# changing the hot code, measure again (`scripts/bench.sh --framework`) with a few leads.
+# changing the hot code, measure a few leads again (`scripts/bench-layout.sh 0 256 1024 1536`).
 #
 # Usage: scripts/hot-text.sh          (after cargo build --release; needs perf and python3)
 # Environment: SECONDS_PER_MECH (default 0.5), MIN_SHARE (default 0.05, percent of samples),

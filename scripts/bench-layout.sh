@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Measures the framework's overhead (scripts/bench.sh --framework, 16-byte AES-GCM) over
-# several link layouts of libopencf.so: for each LEAD, the hot section of
-# crates/opencf/hot-text.ld starts with LEAD bytes instead of the lead in the tree, the
+# several link layouts of libopencf.so: for each LEAD, the hot code of
+# crates/opencf/hot-text.ld starts LEAD bytes into its page instead of the tree's lead, the
 # workspace is built, the libraries are copied to a directory of their own and measured with
 # the softtoken-only and the zero configuration. The tree's hot-text.ld is restored (and the
 # workspace rebuilt) at the end. docs/PERFORMANCE.md, "Link layout".
 #
-# Usage: scripts/bench-layout.sh LEAD...      e.g. scripts/bench-layout.sh 0 256 1024 1536
+# Usage: scripts/bench-layout.sh LEAD...      e.g. scripts/bench-layout.sh 0 1024 2672 3584
 # Environment: RUNS (default 9), SECONDS_PER_RUN (default 0.3), KEEP=DIR (keep the libraries
 # of each layout in DIR/lead-LEAD)
 set -euo pipefail
@@ -40,8 +40,8 @@ import re, sys
 src, dst, lead = sys.argv[1:]
 s = open(src).read()
 s = re.sub(r"    /\* Lead:[^\n]*\n    \. \+= \d+;\n", "", s)
-s = s.replace("  .text.opencf_hot :\n  {\n",
-              "  .text.opencf_hot :\n  {\n    . += %d;\n" % int(lead), 1)
+s = re.sub(r"  \.text\.opencf_hot[^\n]*:\n  \{\n",
+           "  .text.opencf_hot ALIGN(0x1000) :\n  {\n    . += %d;\n" % int(lead), s, count=1)
 open(dst, "w").write(s)
 PY
     (cd "$ROOT" && cargo build --release --workspace >/dev/null 2>&1) ||

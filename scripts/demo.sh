@@ -17,6 +17,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/p256-spki.sh
+. "$ROOT/scripts/lib/p256-spki.sh"
 MODULE="${MODULE:-$ROOT/target/release/libopencf_softtoken.so}"
 FRAMEWORK="${FRAMEWORK:-$ROOT/target/release/libopencf.so}"
 CRYPTOADM="${CRYPTOADM:-$ROOT/target/release/cryptoadm}"
@@ -118,7 +120,15 @@ sign_and_verify() {
     shift 3
     heading "Sign a file with the $name private key and verify with openssl"
     note "1) export the public key (DER) from the token and convert it to PEM"
-    show p11 "${LOGIN[@]}" --read-object --type pubkey --id "$id" -o "$WORK/$name.pub.der"
+    if [ "$name" = ec ]; then
+        # From CKA_EC_POINT (scripts/lib/p256-spki.sh says why not --read-object).
+        printf '%s$ pkcs11-tool --module $MODULE --list-objects --type pubkey | p256_spki %s > $WORK/%s.pub.der%s\n' \
+            "$DIM" "$id" "$name" "$RESET"
+        p11 "${LOGIN[@]}" --list-objects --type pubkey | p256_spki "$id" >"$WORK/$name.pub.der" ||
+            die "no P-256 public key with id $id"
+    else
+        show p11 "${LOGIN[@]}" --read-object --type pubkey --id "$id" -o "$WORK/$name.pub.der"
+    fi
     show openssl pkey -pubin -inform DER -in "$WORK/$name.pub.der" -out "$WORK/$name.pub.pem"
     note "2) sign inside the token with $mech"
     show p11 "${LOGIN[@]}" --sign --id "$id" -m "$mech" "$@" \

@@ -273,29 +273,16 @@ step "generate an AES-256 key" --expect 'Key generated' -- \
 
 # Sign on the token, verify with openssl against the exported public key.
 head -c 4096 /dev/urandom >"$WORK/data.bin"
-# The P-256 public key is rebuilt from CKA_EC_POINT as --list-objects prints it, not exported
-# with --read-object: pkcs11-tool 0.23 (Debian 12) frees its OSSL_PARAM data before it calls
-# EVP_PKEY_fromdata on an EC public key (valgrind: "Invalid read ... inside a block of size
-# 256 free'd" under EVP_PKEY_fromdata, whatever module is loaded), so that export works or
-# fails ("cannot create EVP_PKEY") with the layout of the process's heap.
-ec_point_spki() {
-    local id="$1" point
-    point="$(p11 "${LOGIN[@]}" --list-objects --type pubkey | awk -v id="$id" '
-        /^Public Key Object/ { pt = "" }
-        $1 == "EC_POINT:" { pt = $2 }
-        $1 == "ID:" && $2 == id && pt != "" { print pt; exit }')"
-    # CKA_EC_POINT is the DER OCTET STRING 04 41 <uncompressed point>.
-    case "$point" in 044104*) ;; *) echo "no P-256 EC_POINT for id $id: '$point'"; return 1 ;; esac
-    # SubjectPublicKeyInfo: id-ecPublicKey, prime256v1, the point as a BIT STRING.
-    local hex="3059301306072a8648ce3d020106082a8648ce3d030107034200${point#0441}"
-    # shellcheck disable=SC2059 # the format is the bytes, as \xHH escapes
-    printf "$(printf '%s' "$hex" | sed 's/../\\x&/g')"
-}
+# The P-256 public key is rebuilt from CKA_EC_POINT as --list-objects prints it
+# (scripts/lib/p256-spki.sh says why not --read-object).
+# shellcheck source=scripts/lib/p256-spki.sh
+. "$ROOT/scripts/lib/p256-spki.sh"
 sign_and_verify() {
     local id="$1" mech="$2" kind="$3"
     shift 3
     if [ "$kind" = ec ]; then
-        ec_point_spki "$id" >"$WORK/$id.pub.der" || return 1
+        p11 "${LOGIN[@]}" --list-objects --type pubkey | p256_spki "$id" >"$WORK/$id.pub.der" ||
+            return 1
     else
         p11 "${LOGIN[@]}" --read-object --type pubkey --id "$id" -o "$WORK/$id.pub.der" || return 1
     fi

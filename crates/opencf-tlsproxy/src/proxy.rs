@@ -126,7 +126,7 @@ impl Proxy {
     /// changed; on error nothing changes. Returns what was started, updated and stopped.
     pub async fn apply(&mut self, cfg: &Config) -> Result<(usize, usize, usize)> {
         if cfg.module.as_ref().is_some_and(|m| *m != self.module.path) {
-            eprintln!(
+            crate::log_line!(
                 "{}: a new module path takes effect at restart only",
                 log_name()
             );
@@ -171,7 +171,7 @@ impl Proxy {
                     updated += 1;
                 }
                 Some(l) => {
-                    eprintln!(
+                    crate::log_line!(
                         "{}: instance {} listening on {} (clear text to 127.0.0.1:{})",
                         log_name(),
                         state.inst.name(),
@@ -209,7 +209,7 @@ async fn accept_loop(listener: TcpListener, rx: watch::Receiver<Arc<State>>) {
             }
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
-                eprintln!("{}: accept: {e}", log_name());
+                crate::log_line!("{}: accept: {e}", log_name());
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -442,7 +442,7 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
     let mut proxy = Proxy::new(&cfg, &opts)?;
     proxy.apply(&cfg).await?;
     if proxy.running.is_empty() {
-        eprintln!(
+        crate::log_line!(
             "{}: no instance in {}; waiting for SIGHUP",
             log_name(),
             path.display()
@@ -457,11 +457,11 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
                     Err(e) => Err(e),
                 };
                 match r {
-                    Ok((a, u, d)) => eprintln!(
+                    Ok((a, u, d)) => crate::log_line!(
                         "{}: reloaded: {a} started, {u} updated, {d} stopped",
                         log_name()
                     ),
-                    Err(e) => eprintln!("{}: reload failed, nothing changed: {e}", log_name()),
+                    Err(e) => crate::log_line!("{}: reload failed, nothing changed: {e}", log_name()),
                 }
             }
             _ = term.recv() => break,

@@ -65,7 +65,7 @@ pub fn worker_init(index: usize) -> Result<TicketSecret> {
                     _ => {}
                 }
             }
-            eprintln!("{}: the supervisor is gone; exiting", log_name());
+            crate::log_line!("{}: the supervisor is gone; exiting", log_name());
             std::process::exit(1);
         })
         .map_err(|e| format!("watch thread: {e}"))?;
@@ -186,7 +186,7 @@ impl Supervisor {
                 let s = &mut self.slots[i];
                 s.ready = true;
                 if s.restarts > 0 {
-                    eprintln!(
+                    crate::log_line!(
                         "{}: worker {i} restarted, pid {}",
                         log_name(),
                         s.pid.unwrap_or(0)
@@ -237,7 +237,7 @@ impl Supervisor {
         let delay = s.backoff;
         s.backoff = (s.backoff * 2).min(MAX_BACKOFF);
         s.restart_at = Some(now + delay);
-        eprintln!(
+        crate::log_line!(
             "{}: worker {i} (pid {pid}) exited ({status}); restarting it in {} s",
             log_name(),
             delay.as_secs_f32()
@@ -252,7 +252,7 @@ impl Supervisor {
                 self.slots[i].restart_at = None;
                 self.slots[i].restarts += 1;
                 if let Err(e) = self.spawn(i).await {
-                    eprintln!("{}: {e}", log_name());
+                    crate::log_line!("{}: {e}", log_name());
                     self.slots[i].started = now;
                     self.schedule_restart(i, 0, "not started");
                 }
@@ -271,7 +271,7 @@ impl Supervisor {
                     self.event(ev);
                 }
                 _ if !killed => {
-                    eprintln!(
+                    crate::log_line!(
                         "{}: workers {} did not stop; killing them",
                         log_name(),
                         self.pids()
@@ -354,7 +354,7 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
         return Err(e);
     }
     let _pid = o.pid_file.map(PidFile::create).transpose()?;
-    eprintln!(
+    crate::log_line!(
         "{}: {} workers running, pids {}",
         log_name(),
         o.workers,
@@ -369,7 +369,7 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
                 if o.from_file {
                     let n = Config::load(o.config).ok().and_then(|c| c.workers).unwrap_or(1);
                     if n != o.workers {
-                        eprintln!("{}: a new workers count takes effect at restart only", log_name());
+                        crate::log_line!("{}: a new workers count takes effect at restart only", log_name());
                     }
                 }
             }

@@ -122,7 +122,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}: {e}", log_name());
+            opencf_tlsproxy::log_line!("{}: {e}", log_name());
             ExitCode::FAILURE
         }
     }

@@ -61,23 +61,34 @@ fn within_one_page(len: usize) -> *mut c_void {
     block
 }
 
+/// `block` (`num` bytes from malloc or realloc, not yet handed out, null allowed) as it is,
+/// or, when it straddles a page, moved with its first `keep` bytes into a block that does not
+/// (kept where it is if that allocation fails).
+fn in_one_page(block: *mut c_void, num: usize, keep: usize) -> *mut c_void {
+    if block.is_null() || !crosses_page(block as usize, num) {
+        return block;
+    }
+    let moved = within_one_page(num);
+    if moved.is_null() {
+        return block;
+    }
+    // SAFETY: `block` holds at least `keep` ≤ `num` bytes and `moved` has room for `num`; the
+    // two are distinct live blocks, and `block` is released without having been handed out.
+    unsafe {
+        std::ptr::copy_nonoverlapping(block.cast::<u8>(), moved.cast::<u8>(), keep);
+        libc::free(block);
+    }
+    moved
+}
+
 /// OpenSSL's `malloc`: glibc's block, moved when it is small and straddles a page. `num == 0`
 /// gives null, as OpenSSL's own `CRYPTO_malloc` does.
 extern "C" fn ossl_malloc(num: usize, _file: *const c_char, _line: c_int) -> *mut c_void {
     if num == 0 {
         return std::ptr::null_mut();
     }
-    // SAFETY: plain allocation; the result is checked before use.
-    let block = unsafe { libc::malloc(num) };
-    if !block.is_null() && crosses_page(block as usize, num) {
-        let moved = within_one_page(num);
-        if !moved.is_null() {
-            // SAFETY: `block` came from malloc above and was never handed out.
-            unsafe { libc::free(block) };
-            return moved;
-        }
-    }
-    block
+    // SAFETY: plain allocation; `in_one_page` checks the result.
+    in_one_page(unsafe { libc::malloc(num) }, num, 0)
 }
 
 /// OpenSSL's `realloc`: null grows like `malloc`, zero frees and gives null (OpenSSL's own
@@ -98,21 +109,9 @@ extern "C" fn ossl_realloc(
         unsafe { libc::free(block) };
         return std::ptr::null_mut();
     }
-    // SAFETY: as above; realloc keeps `block` valid when it fails.
-    let grown = unsafe { libc::realloc(block, num) };
-    if !grown.is_null() && crosses_page(grown as usize, num) {
-        let moved = within_one_page(num);
-        if !moved.is_null() {
-            // SAFETY: `grown` holds `num` bytes, `moved` has room for `num`, the two are
-            // distinct live blocks; `grown` is then released and never handed out.
-            unsafe {
-                std::ptr::copy_nonoverlapping(grown.cast::<u8>(), moved.cast::<u8>(), num);
-                libc::free(grown);
-            }
-            return moved;
-        }
-    }
-    grown
+    // SAFETY: as above; realloc keeps `block` valid when it fails. The grown block holds
+    // `num` bytes of content.
+    in_one_page(unsafe { libc::realloc(block, num) }, num, num)
 }
 
 /// OpenSSL's `free`.

@@ -133,6 +133,31 @@ pub(crate) unsafe fn mechanism(p: *const CK_MECHANISM) -> CkResult<Mechanism> {
     }
 }
 
+/// A `CK_GCM_PARAMS`, checked, its IV and AAD still the caller's bytes.
+struct GcmRef<'a> {
+    iv: &'a [u8],
+    iv_bits: CK_ULONG,
+    aad: &'a [u8],
+    tag_bits: CK_ULONG,
+}
+
+/// Reads a `CK_GCM_PARAMS` parameter for [`parse`] and [`parse_into`].
+///
+/// # Safety
+/// As for [`mechanism`], for the returned lifetime.
+unsafe fn gcm<'a>(p: *const c_void, len: CK_ULONG) -> CkResult<GcmRef<'a>> {
+    // SAFETY (whole body): per the function's contract.
+    unsafe {
+        let s: CK_GCM_PARAMS = read_struct(p, len)?;
+        Ok(GcmRef {
+            iv: inner_slice(s.pIv as *const c_void, s.ulIvLen, INVALID)?,
+            iv_bits: s.ulIvBits,
+            aad: inner_slice(s.pAAD as *const c_void, s.ulAADLen, INVALID)?,
+            tag_bits: s.ulTagBits,
+        })
+    }
+}
+
 /// As [`parse`], into `dst`: a GCM parameter that replaces a GCM parameter reuses its IV and
 /// AAD buffers (a framework keeping a copy of each init's parameter allocates nothing then);
 /// any other parameter replaces `dst`. On error `dst` is unspecified but valid.
@@ -155,18 +180,14 @@ pub(crate) unsafe fn parse_into(
         },
     ) = (mech, &mut *dst)
     {
-        // SAFETY (whole block): per the function's contract.
-        unsafe {
-            let s: CK_GCM_PARAMS = read_struct(p, len)?;
-            let new_iv = inner_slice(s.pIv as *const c_void, s.ulIvLen, INVALID)?;
-            let new_aad = inner_slice(s.pAAD as *const c_void, s.ulAADLen, INVALID)?;
-            iv.clear();
-            iv.extend_from_slice(new_iv);
-            aad.clear();
-            aad.extend_from_slice(new_aad);
-            *iv_bits = s.ulIvBits;
-            *tag_bits = s.ulTagBits;
-        }
+        // SAFETY: per the function's contract.
+        let g = unsafe { gcm(p, len) }?;
+        iv.clear();
+        iv.extend_from_slice(g.iv);
+        aad.clear();
+        aad.extend_from_slice(g.aad);
+        *iv_bits = g.iv_bits;
+        *tag_bits = g.tag_bits;
         return Ok(());
     }
     // SAFETY: per the function's contract.
@@ -210,12 +231,12 @@ pub(crate) unsafe fn parse(
                 }
             }
             CKM_AES_GCM => {
-                let s: CK_GCM_PARAMS = read_struct(p, len)?;
+                let g = gcm(p, len)?;
                 MechParam::Gcm {
-                    iv: inner(s.pIv, s.ulIvLen)?,
-                    iv_bits: s.ulIvBits,
-                    aad: inner(s.pAAD, s.ulAADLen)?,
-                    tag_bits: s.ulTagBits,
+                    iv: g.iv.to_vec(),
+                    iv_bits: g.iv_bits,
+                    aad: g.aad.to_vec(),
+                    tag_bits: g.tag_bits,
                 }
             }
             CKM_CHACHA20_POLY1305 => {

@@ -2,7 +2,7 @@
 //! for it, and which provider runs each active operation.
 
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism};
+use opencf_abi::{CkResult, MechRef, Mechanism};
 
 /// The kinds of operation a session may have active at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,12 +190,18 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// Nothing kept yet: a buffer for [`MetaSession::spare`].
-    pub fn empty() -> Box<Kept> {
-        Box::new(Kept {
-            mech: Mechanism::new(0),
-            extra: Vec::new(),
-        })
+    /// The session's spare (`MetaSession::spare`, taken; a new one if none) with its
+    /// mechanism overwritten by a parsed copy of `mech` in the buffers it already has; its
+    /// `extra` is left as it was.
+    pub fn reuse(spare: &mut Option<Box<Kept>>, mech: MechRef<'_>) -> CkResult<Box<Kept>> {
+        let mut kept = spare.take().unwrap_or_else(|| {
+            Box::new(Kept {
+                mech: Mechanism::new(0),
+                extra: Vec::new(),
+            })
+        });
+        mech.copy_into(&mut kept.mech)?;
+        Ok(kept)
     }
 }
 

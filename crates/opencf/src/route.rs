@@ -624,9 +624,7 @@ impl OpenCf {
                 let at = self.at(&d.b, ms.ks_pin.as_ref());
                 let key_h = key.unwrap_or(0);
                 let r = if d.eager {
-                    // The session's spare copy, its buffers reused.
-                    let mut kept = ms.spare.take().unwrap_or_else(Kept::empty);
-                    mech.copy_into(&mut kept.mech)?;
+                    let mut kept = Kept::reuse(&mut ms.spare, mech)?;
                     kept.extra.clear();
                     kept.extra.extend_from_slice(extra);
                     self.init_on(kind, at, (&kept.mech).into(), key_h, extra)
@@ -639,8 +637,7 @@ impl OpenCf {
                 } else if at.pin.is_some() {
                     // The linked keystore takes a parsed mechanism: parse it into the spare
                     // copy's buffers rather than have the keystore allocate a new parse.
-                    let mut kept = ms.spare.take().unwrap_or_else(Kept::empty);
-                    mech.copy_into(&mut kept.mech)?;
+                    let kept = Kept::reuse(&mut ms.spare, mech)?;
                     let r = self.init_on(kind, at, (&kept.mech).into(), key_h, extra);
                     ms.spare = Some(kept);
                     r.map(|()| Op::bound_to(mt, key, d.b))

@@ -36,19 +36,21 @@ impl OpenCf {
         })
     }
     /// `C_DigestKey`: the key is cloned into the provider running the digest if needed.
+    ///
+    /// An error leaves the operation active, as the software token (and SoftHSMv2) leave it
+    /// for a key they cannot digest: the metaslot must not end its half of an operation whose
+    /// other half stays active in the provider, or the session would refuse a new
+    /// `C_DigestInit` (`CKR_OPERATION_ACTIVE`) while answering every other digest call with
+    /// `CKR_OPERATION_NOT_INITIALIZED`. A provider that ended its operation on the error
+    /// answers the next step so, and that step ends the metaslot's too.
     pub fn digest_key(&self, s: CK_SESSION_HANDLE, k: CK_OBJECT_HANDLE) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.digest_key(h, k), |m| {
             let mut ms = self.lock(m);
             let b = self.meta_bound(&mut ms, OpKind::Digest)?;
-            let r = match self.key_in(&mut ms, b.prov, k) {
-                Ok(Some(pk)) => self.p(b.prov).digest_key(b.h, pk),
-                Ok(None) => Err(CKR_KEY_INDIGESTIBLE),
-                Err(e) => Err(e),
-            };
-            if r.is_err() {
-                ms.ops[OpKind::Digest as usize] = None;
+            match self.key_in(&mut ms, b.prov, k)? {
+                Some(pk) => self.p(b.prov).digest_key(b.h, pk),
+                None => Err(CKR_KEY_INDIGESTIBLE),
             }
-            r
         })
     }
     /// `C_DigestFinal`.

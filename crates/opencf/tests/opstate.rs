@@ -3,7 +3,7 @@
 //! take the session's direct binding to the keystore. Slot 0 over the software token alone.
 //! Results equal those of the first call; a second init is `CKR_OPERATION_ACTIVE`; a size
 //! query and a buffer too small leave the operation active; multi-part calls continue an
-//! operation begun by an init; closing a session with one active is clean; one session used by
+//! operation begun by an init; a `C_DigestKey` refused for its key leaves the digest going; closing a session with one active is clean; one session used by
 //! several threads at once (which the specification leaves to the application to avoid) gives
 //! answers, never a crash.
 //!
@@ -160,6 +160,33 @@ fn slot0_keeps_the_rules_of_an_active_operation() {
     s.digest_update(&data[..7]).unwrap();
     s.digest_update(&data[7..]).unwrap();
     assert_eq!(s.digest_final().unwrap(), d1);
+
+    // C_DigestKey with a handle that names no object (any more): refused, and the digest goes
+    // on, as in the software token alone (the metaslot once ended its half only, and the
+    // session then refused every digest: CKR_OPERATION_ACTIVE at init, NOT_INITIALIZED at
+    // every other call).
+    let nothing = aes_key(&s);
+    s.destroy_object(nothing).unwrap();
+    s.digest_init(&sha).unwrap();
+    s.digest_update(&data[..7]).unwrap();
+    assert_eq!(
+        rv(s.digest_key(nothing).unwrap_err()),
+        RvError::KeyHandleInvalid
+    );
+    s.digest_update(&data[7..]).unwrap();
+    assert_eq!(
+        s.digest_final().unwrap(),
+        d1,
+        "the digest went on after the error"
+    );
+    s.digest_init(&sha).unwrap();
+    s.digest_key(key).unwrap();
+    let keyed = s.digest_final().unwrap();
+    assert_eq!(
+        keyed,
+        s.digest(&sha, b"0123456789abcdef").unwrap(),
+        "the key's value"
+    );
 
     // A session closed with an operation active: a new session starts clean.
     s.encrypt_init(&gcm(&mut iv), key).unwrap();

@@ -33,16 +33,11 @@ static CK_RV check_fail(const char *fmt, const char *a, unsigned long v)
 static const char *rvname(CK_RV rv)
 {
     static char tmp[320];
-    size_t i;
     if (rv == CHECK_FAILED) {
         snprintf(tmp, sizeof tmp, "CHECK_FAILED(%s)", check_msg);
         return tmp;
     }
-    for (i = 0; i < sizeof ckr_names / sizeof ckr_names[0]; i++)
-        if (ckr_names[i].rv == rv)
-            return ckr_names[i].name;
-    snprintf(tmp, sizeof tmp, "0x%08lx", (unsigned long)rv);
-    return tmp;
+    return ckr_name(rv);
 }
 
 /* ------------------------------------------------------------------ */
@@ -622,6 +617,17 @@ T(t_dec_roundtrip, CK_RV rv = F->C_DecryptInit(s_rw, &m_ecb, k_aes); if (rv) ret
   if (l != 16 || memcmp(out2, data16, 16)) return check_fail("%s %lu", "roundtrip mismatch, len", l); return rv;)
 T(t_decinit_again, CK_RV rv = F->C_DecryptInit(s_rw, &m_ecb, k_aes); if (rv) return rv;
   rv = F->C_DecryptInit(s_rw, &m_ecb, k_aes); { CK_ULONG l = sizeof out2; F->C_Decrypt(s_rw, out, 16, out2, &l); } return rv;)
+/* The order of the checks of an init: session, active operation, then the mechanism's
+ * parameter (as SoftHSMv2, and as the framework's slot 0, which passes the parameter on
+ * unread). */
+static CK_MECHANISM m_ctr_short = { CKM_AES_CTR, iv, 3 }; /* not a CK_AES_CTR_PARAMS */
+static CK_MECHANISM m_hmac_short = { CKM_SHA256_HMAC_GENERAL, iv, 3 }; /* not a CK_ULONG */
+T(t_init_order_bad_param, return F->C_EncryptInit(s_rw, &m_ctr_short, k_aes);)
+T(t_init_order_session, return F->C_EncryptInit(s_closed, &m_ctr_short, k_aes);)
+T(t_init_order_active, CK_RV rv = F->C_DecryptInit(s_rw, &m_ecb, k_aes); if (rv) return rv;
+  rv = F->C_DecryptInit(s_rw, &m_ctr_short, k_aes); { CK_ULONG l = sizeof out2; F->C_Decrypt(s_rw, out, 16, out2, &l); } return rv;)
+T(t_init_order_sign, CK_RV rv = F->C_SignInit(s_rw, &m_hmac, k_hmac2); if (rv) return rv;
+  rv = F->C_SignInit(s_rw, &m_hmac_short, k_hmac2); { CK_ULONG l = sizeof out2; F->C_Sign(s_rw, data16, 16, out2, &l); } return rv;)
 /* CBC_PAD multi-part with too small final buffer, then finishing */
 T(t_cbc_update, CK_RV rv = F->C_EncryptInit(s_rw, &m_cbcpad, k_aes); if (rv) return rv;
   CK_ULONG l = sizeof out; return F->C_EncryptUpdate(s_rw, data16, 10, out, &l);)
@@ -1003,6 +1009,10 @@ static const struct tcase cases[] = {
     C("C_Decrypt ECB 15 bytes", t_dec_badlen, CKR_ENCRYPTED_DATA_LEN_RANGE),
     C("C_Decrypt ECB round trip", t_dec_roundtrip, CKR_OK),
     C("C_DecryptInit twice", t_decinit_again, CKR_OPERATION_ACTIVE),
+    C("init order: a bad parameter alone", t_init_order_bad_param, CKR_MECHANISM_PARAM_INVALID),
+    C("init order: closed session before a bad parameter", t_init_order_session, CKR_SESSION_HANDLE_INVALID),
+    C("init order: active operation before a bad parameter", t_init_order_active, CKR_OPERATION_ACTIVE),
+    C("init order: active signature before a bad parameter", t_init_order_sign, CKR_OPERATION_ACTIVE),
     C("CBC_PAD C_EncryptUpdate 10 bytes", t_cbc_update, CKR_OK),
     C("CBC_PAD C_EncryptFinal too small", t_cbc_final_small, CKR_BUFFER_TOO_SMALL),
     C("CBC_PAD C_EncryptFinal after too small", t_cbc_final_ok, CKR_OK),

@@ -106,3 +106,15 @@ static const struct { CK_RV rv; const char *name; } ckr_names[] = {
     { CKR_WRAPPING_KEY_SIZE_RANGE, "CKR_WRAPPING_KEY_SIZE_RANGE" },
     { CKR_WRAPPING_KEY_TYPE_INCONSISTENT, "CKR_WRAPPING_KEY_TYPE_INCONSISTENT" },
 };
+
+/* The name of `rv`, or its value in hex. */
+static const char *ckr_name(CK_RV rv)
+{
+    static char tmp[32];
+    size_t i;
+    for (i = 0; i < sizeof ckr_names / sizeof ckr_names[0]; i++)
+        if (ckr_names[i].rv == rv)
+            return ckr_names[i].name;
+    snprintf(tmp, sizeof tmp, "0x%08lx", (unsigned long)rv);
+    return tmp;
+}

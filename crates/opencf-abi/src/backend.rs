@@ -185,14 +185,18 @@ pub trait Backend: Send + Sync + 'static {
     ) -> CkResult<()> {
         Err(NS)
     }
-    /// `C_EncryptInit` with the caller's mechanism unparsed: by default parsed here and passed to
-    /// [`Backend::encrypt_init`]. A framework overrides it to pass the structure on as it came.
+    /// `C_EncryptInit` with the caller's mechanism unparsed: by default the session is checked
+    /// ([`Backend::check_session`]), then the mechanism parsed here and passed to
+    /// [`Backend::encrypt_init`], so that a closed session is reported before a malformed
+    /// parameter. A framework overrides it to pass the structure on as it came; a token may
+    /// override it to parse after its other checks (the software token does).
     fn encrypt_init_raw(
         &self,
         s: CK_SESSION_HANDLE,
         mech: RawMechanism<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        self.check_session(s)?;
         self.encrypt_init(s, &mech.parse()?, key)
     }
     /// `C_Encrypt`.
@@ -227,6 +231,7 @@ pub trait Backend: Send + Sync + 'static {
         mech: RawMechanism<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        self.check_session(s)?;
         self.decrypt_init(s, &mech.parse()?, key)
     }
     /// `C_Decrypt`.
@@ -341,6 +346,7 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// `C_DigestInit` with the caller's mechanism unparsed (see [`Backend::encrypt_init_raw`]).
     fn digest_init_raw(&self, s: CK_SESSION_HANDLE, mech: RawMechanism<'_>) -> CkResult<()> {
+        self.check_session(s)?;
         self.digest_init(s, &mech.parse()?)
     }
     /// `C_Digest`.
@@ -379,6 +385,7 @@ pub trait Backend: Send + Sync + 'static {
         mech: RawMechanism<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        self.check_session(s)?;
         self.sign_init(s, &mech.parse()?, key)
     }
     /// `C_Sign`.
@@ -426,6 +433,7 @@ pub trait Backend: Send + Sync + 'static {
         mech: RawMechanism<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        self.check_session(s)?;
         self.verify_init(s, &mech.parse()?, key)
     }
     /// `C_Verify`.
@@ -677,8 +685,8 @@ pub trait Backend: Send + Sync + 'static {
 
     // ----- Parallel function management (legacy) -----
 
-    /// Checks a session handle for `C_GetFunctionStatus`/`C_CancelFunction`, which then answer
-    /// `CKR_FUNCTION_NOT_PARALLEL`.
+    /// Checks a session handle: for `C_GetFunctionStatus`/`C_CancelFunction`, which then answer
+    /// `CKR_FUNCTION_NOT_PARALLEL`, and for the default `*_init_raw` functions.
     fn check_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()>;
     /// `C_GetFunctionStatus`: `CKR_FUNCTION_NOT_PARALLEL` for a valid session.
     fn get_function_status(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {

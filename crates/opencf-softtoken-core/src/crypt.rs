@@ -5,7 +5,7 @@
 use crate::attrs::AttrMapExt;
 use crate::mech::{self, CipherOp};
 use crate::object::Object;
-use crate::session::{OpState, Session, SpareCipher};
+use crate::session::{MechArg, OpState, Session, SpareCipher};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, MessageParams, OutBuf};
@@ -90,7 +90,7 @@ impl SoftToken {
     pub fn cipher_init(
         &self,
         sess: &Session,
-        mech: &Mechanism,
+        mech: MechArg<'_>,
         key: CK_OBJECT_HANDLE,
         encrypt: bool,
     ) -> CkResult<()> {
@@ -100,6 +100,8 @@ impl SoftToken {
         if slot_of(st, encrypt).is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
+        let mut parsed = None;
+        let mech = mech.get(&mut parsed)?;
         let (flag, classes, usage) = if encrypt {
             (CKF_ENCRYPT, [CKO_SECRET_KEY, CKO_PUBLIC_KEY], CKA_ENCRYPT)
         } else {
@@ -136,7 +138,7 @@ impl SoftToken {
         mech: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(&*self.session(s)?, mech, key, true)
+        self.cipher_init(&*self.session(s)?, mech.into(), key, true)
     }
 
     /// `C_Encrypt`.
@@ -184,7 +186,7 @@ impl SoftToken {
         mech: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(&*self.session(s)?, mech, key, false)
+        self.cipher_init(&*self.session(s)?, mech.into(), key, false)
     }
 
     /// `C_Decrypt`.

@@ -3,7 +3,7 @@
 
 use crate::crypt::check_mechanism;
 use crate::mech;
-use crate::session::Session;
+use crate::session::{MechArg, Session};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
@@ -11,15 +11,17 @@ use opencf_abi::{CkResult, Mechanism, OutBuf};
 impl SoftToken {
     /// `C_DigestInit`.
     pub fn digest_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism) -> CkResult<()> {
-        self.digest_init_in(&*self.session(s)?, m)
+        self.digest_init_in(&*self.session(s)?, m.into())
     }
 
     /// `C_DigestInit` on a session already found (a pinned one, or by handle).
-    pub fn digest_init_in(&self, sess: &Session, m: &Mechanism) -> CkResult<()> {
+    pub fn digest_init_in(&self, sess: &Session, m: MechArg<'_>) -> CkResult<()> {
         let mut st = sess.lock();
         if st.digest.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
+        let mut parsed = None;
+        let m = m.get(&mut parsed)?;
         check_mechanism(m.mechanism, CKF_DIGEST)?;
         st.digest = Some(mech::digest_init(m)?);
         st.digest_multi = false;

@@ -37,8 +37,9 @@ use object::Object;
 use opencf_abi::sys::*;
 use opencf_abi::{
     AttrValue, Attribute, Backend, CkResult, InitArgs, Mechanism, MessageParams, OutBuf,
+    RawMechanism,
 };
-use session::Session;
+use session::{MechArg, Session};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -228,7 +229,7 @@ impl Backend for SoftToken {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(self.pinned(p)?, m, k, true)
+        self.cipher_init(self.pinned(p)?, m.into(), k, true)
     }
     fn pinned_encrypt(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         self.cipher_one_shot(self.pinned(p)?, true, d, o)
@@ -239,7 +240,7 @@ impl Backend for SoftToken {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(self.pinned(p)?, m, k, false)
+        self.cipher_init(self.pinned(p)?, m.into(), k, false)
     }
     fn pinned_decrypt(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         self.cipher_one_shot(self.pinned(p)?, false, d, o)
@@ -250,7 +251,7 @@ impl Backend for SoftToken {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.sign_init_in(self.pinned(p)?, m, k)
+        self.sign_init_in(self.pinned(p)?, m.into(), k)
     }
     fn pinned_sign(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         self.sign_in(self.pinned(p)?, d, o)
@@ -261,13 +262,13 @@ impl Backend for SoftToken {
         m: &Mechanism,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.verify_init_in(self.pinned(p)?, m, k)
+        self.verify_init_in(self.pinned(p)?, m.into(), k)
     }
     fn pinned_verify(&self, p: &opencf_abi::Pinned, d: &[u8], sig: &[u8]) -> CkResult<()> {
         self.verify_in(self.pinned(p)?, d, sig)
     }
     fn pinned_digest_init(&self, p: &opencf_abi::Pinned, m: &Mechanism) -> CkResult<()> {
-        self.digest_init_in(self.pinned(p)?, m)
+        self.digest_init_in(self.pinned(p)?, m.into())
     }
     fn pinned_digest(&self, p: &opencf_abi::Pinned, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         self.digest_in(self.pinned(p)?, d, o)
@@ -533,5 +534,42 @@ impl Backend for SoftToken {
     }
     fn check_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         self.session(s).map(|_| ())
+    }
+    // The inits through this module's own C ABI: the mechanism is parsed after the session's
+    // checks (session::MechArg), with one lookup of the session.
+    fn encrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.cipher_init(&*self.session(s)?, MechArg::Raw(m), k, true)
+    }
+    fn decrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.cipher_init(&*self.session(s)?, MechArg::Raw(m), k, false)
+    }
+    fn digest_init_raw(&self, s: CK_SESSION_HANDLE, m: RawMechanism<'_>) -> CkResult<()> {
+        self.digest_init_in(&*self.session(s)?, MechArg::Raw(m))
+    }
+    fn sign_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.sign_init_in(&*self.session(s)?, MechArg::Raw(m), k)
+    }
+    fn verify_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        self.verify_init_in(&*self.session(s)?, MechArg::Raw(m), k)
     }
 }

@@ -7,7 +7,7 @@
 use crate::attrs::AttrMapExt;
 use crate::crypt::{check_key, check_mechanism};
 use crate::mech;
-use crate::session::{RecoverOp, Session, SignState};
+use crate::session::{MechArg, RecoverOp, Session, SignState};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
@@ -20,14 +20,14 @@ impl SoftToken {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.sign_init_in(&*self.session(s)?, m, key)
+        self.sign_init_in(&*self.session(s)?, m.into(), key)
     }
 
     /// `C_SignInit` on a session already found (a pinned one, or by handle).
     pub fn sign_init_in(
         &self,
         sess: &Session,
-        m: &Mechanism,
+        m: MechArg<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         sess.check_pin_ok()?;
@@ -35,6 +35,8 @@ impl SoftToken {
         if st.sign.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
+        let mut parsed = None;
+        let m = m.get(&mut parsed)?;
         check_mechanism(m.mechanism, CKF_SIGN)?;
         let obj = self.op_key(sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
         check_key(
@@ -222,14 +224,14 @@ impl SoftToken {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.verify_init_in(&*self.session(s)?, m, key)
+        self.verify_init_in(&*self.session(s)?, m.into(), key)
     }
 
     /// `C_VerifyInit` on a session already found (a pinned one, or by handle).
     pub fn verify_init_in(
         &self,
         sess: &Session,
-        m: &Mechanism,
+        m: MechArg<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         sess.check_pin_ok()?;
@@ -237,6 +239,8 @@ impl SoftToken {
         if st.verify.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
+        let mut parsed = None;
+        let m = m.get(&mut parsed)?;
         let op = self.new_verify(sess, &mut st, m, key)?;
         st.verify = Some(op);
         Ok(())

@@ -122,15 +122,22 @@ impl Accel {
             .ok_or(CKR_OBJECT_HANDLE_INVALID)
     }
 
-    /// A key for an operation: `CKR_KEY_HANDLE_INVALID` when unknown, then the usage
-    /// attribute and the allowed mechanisms.
+    /// A key of class `class` and type `key_type` for an operation: `CKR_KEY_HANDLE_INVALID`
+    /// when unknown, then its kind (`CKR_KEY_TYPE_INCONSISTENT`, after which the framework asks
+    /// the next provider, whose answer the caller then gets), the usage attribute and the
+    /// allowed mechanisms. The kind comes first, as in the software token: a key of the
+    /// wrong kind that also lacks the usage flag is `CKR_KEY_TYPE_INCONSISTENT` in both.
     fn key(
         &self,
         h: CK_OBJECT_HANDLE,
+        (class, key_type): (CK_OBJECT_CLASS, CK_KEY_TYPE),
         usage: CK_ATTRIBUTE_TYPE,
         mech: CK_MECHANISM_TYPE,
     ) -> CkResult<Arc<Object>> {
         let o = self.object(h).map_err(|_| CKR_KEY_HANDLE_INVALID)?;
+        if o.class != class || o.key_type != key_type {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        }
         if !o.flag(usage) {
             return Err(CKR_KEY_FUNCTION_NOT_PERMITTED);
         }
@@ -157,11 +164,7 @@ impl Accel {
         if self.engine.is_none() {
             return Err(CKR_MECHANISM_INVALID);
         }
-        let o = self.key(h, usage, mech)?;
-        if o.class != CKO_PRIVATE_KEY || o.key_type != CKK_RSA {
-            return Err(CKR_KEY_TYPE_INCONSISTENT);
-        }
-        o.rsa()
+        self.key(h, (CKO_PRIVATE_KEY, CKK_RSA), usage, mech)?.rsa()
     }
 
     /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`
@@ -171,10 +174,7 @@ impl Accel {
             return Err(CKR_MECHANISM_INVALID);
         }
         let usage = if encrypt { CKA_ENCRYPT } else { CKA_DECRYPT };
-        let o = self.key(h, usage, m.mechanism)?;
-        if o.class != CKO_SECRET_KEY || o.key_type != CKK_AES {
-            return Err(CKR_KEY_TYPE_INCONSISTENT);
-        }
+        let o = self.key(h, (CKO_SECRET_KEY, CKK_AES), usage, m.mechanism)?;
         match m.mechanism {
             CKM_AES_GCM => GcmOp::new(m, o.gcm()?, encrypt).map(BulkOp::Gcm),
             CKM_AES_CTR => CtrOp::new(m, o.aes()?, encrypt).map(BulkOp::Ctr),
@@ -628,6 +628,8 @@ impl Backend for Accel {
             Decrypt::Rsa(op) => op,
         };
         let keep = |op| lock(&sess).decrypt = Some(Decrypt::Rsa(op));
+        // A ciphertext of the wrong length ends the operation, size query or not.
+        op.check_len(data)?;
         if out.is_query() {
             out.reserve(op.max_len())?;
             keep(op);

@@ -397,13 +397,20 @@ impl DecryptOp {
         self.key.k
     }
 
+    /// `input` is a ciphertext's length (`k` bytes): checked before a size query is answered
+    /// too, as the software token does.
+    pub fn check_len(&self, input: &[u8]) -> CkResult<()> {
+        if input.len() != self.key.k {
+            return Err(CKR_ENCRYPTED_DATA_LEN_RANGE);
+        }
+        Ok(())
+    }
+
     /// Decrypts `input` (exactly `k` bytes, below `n`): with OpenSSL and the key itself when
     /// the scheduler does not batch the request, else on the engine and then unpadded by
     /// OpenSSL (identity key).
     pub fn decrypt(&self, sched: &Scheduler, input: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
-        if input.len() != self.key.k {
-            return Err(CKR_ENCRYPTED_DATA_LEN_RANGE);
-        }
+        self.check_len(input)?;
         if !self.key.below_modulus(input) {
             return Err(CKR_ENCRYPTED_DATA_INVALID);
         }

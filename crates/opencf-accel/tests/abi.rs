@@ -105,6 +105,34 @@ fn exercise(s: &Session, key: &Rsa<Private>, h: ObjectHandle, msg: &[u8]) {
     );
 }
 
+/// A size query (NULL output) of `C_Decrypt` with a ciphertext of the wrong length is
+/// `CKR_ENCRYPTED_DATA_LEN_RANGE` and ends the operation, as in the software token; with the
+/// right length it answers the modulus length. Through the module's function list: `cryptoki`
+/// makes the size query itself.
+fn size_query_checks_the_length(s: &Session, h: ObjectHandle, k: usize) {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let raw = opencf_abi::provider::Provider::load(&common::library()).unwrap();
+    let pkcs1 = opencf_abi::Mechanism::new(CKM_RSA_PKCS);
+    let (sh, kh) = (s.handle(), h.handle());
+    raw.decrypt_init(sh, &pkcs1, kh).unwrap();
+    let mut q = OutBuf::new(None);
+    assert_eq!(
+        raw.decrypt(sh, &vec![1u8; k - 1], &mut q),
+        Err(CKR_ENCRYPTED_DATA_LEN_RANGE)
+    );
+    assert_eq!(
+        raw.decrypt(sh, &vec![1u8; k], &mut q),
+        Err(CKR_OPERATION_NOT_INITIALIZED),
+        "the error ended the operation"
+    );
+    raw.decrypt_init(sh, &pkcs1, kh).unwrap();
+    let mut q = OutBuf::new(None);
+    raw.decrypt(sh, &vec![1u8; k], &mut q).unwrap();
+    assert_eq!(q.len(), k, "a size query answers the modulus length");
+    raw.session_cancel(sh, CKF_DECRYPT).unwrap();
+}
+
 fn rv(e: Error) -> RvError {
     match e {
         Error::Pkcs11(rv, _) => rv,
@@ -174,6 +202,7 @@ fn by_value_and_by_unwrap() {
         let key = Rsa::generate(bits).unwrap();
         let h = s.create_object(&private_template(&key)).unwrap();
         both_paths(|| exercise(&s, &key, h, &msg));
+        size_query_checks_the_length(&s, h, bits as usize / 8);
     }
     // As the framework moves a sensitive key in: a one-off AES-256 key by value, then KWP.
     let key = Rsa::generate(2048).unwrap();

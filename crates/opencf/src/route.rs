@@ -8,7 +8,11 @@ use opencf_abi::sys::*;
 use opencf_abi::Pinned;
 use opencf_abi::*;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Mutex, RwLock};
+
+/// Every candidate of a route ([`OpenCf::bind`]).
+const ALL: Range<usize> = 0..usize::MAX;
 
 /// A keystore error about a key handle, as an init reports it: an unknown object is
 /// `CKR_KEY_HANDLE_INVALID`.
@@ -514,15 +518,15 @@ impl OpenCf {
             .map_or(&NONE, |r| &r[kind as usize]))
     }
 
-    /// Binds `op` to the first candidate from `start` on whose init succeeds. With `len`
-    /// known, a candidate whose `min_bytes` threshold is above it is passed over (unless it
-    /// is the last).
+    /// Binds `op` to the first candidate of `among` (indices into the route's candidates) whose
+    /// init succeeds. With `len` known, a candidate whose `min_bytes` threshold is above it is
+    /// passed over (unless it is the last).
     pub fn bind(
         &self,
         ms: &mut MetaSession,
         kind: OpKind,
         op: &mut Op,
-        start: usize,
+        among: Range<usize>,
         len: Option<usize>,
     ) -> CkResult<()> {
         let route = self.route(op.mech, kind)?;
@@ -532,14 +536,14 @@ impl OpenCf {
             Some(k) => (&k.mech, &k.extra[..]),
             None => (&bare, &[][..]),
         };
-        let r = self.bind_with(ms, kind, op.key, route, mech.into(), extra, start, len);
+        let r = self.bind_with(ms, kind, op.key, route, mech.into(), extra, among, len);
         op.kept = kept;
         op.bound = Some(r?);
         Ok(())
     }
 
     /// Where an operation on key `key` (if any) with mechanism `mech` and extra init data
-    /// `extra` runs: the first candidate of `route` from `start` on whose init succeeds (see
+    /// `extra` runs: the first candidate of `route` in `among` whose init succeeds (see
     /// [`OpenCf::bind`]).
     #[allow(clippy::too_many_arguments)]
     fn bind_with(
@@ -550,13 +554,14 @@ impl OpenCf {
         route: &Route,
         mech: MechRef<'_>,
         extra: &[u8],
-        start: usize,
+        among: Range<usize>,
         len: Option<usize>,
     ) -> CkResult<Bound> {
         let mut last = CKR_MECHANISM_INVALID;
         let mt = mech.mechanism();
         let cands = &route.cands[..];
-        for (i, &prov) in cands.iter().enumerate().skip(start) {
+        let end = among.end.min(cands.len());
+        for (i, &prov) in cands.iter().enumerate().take(end).skip(among.start) {
             if len.is_some_and(|len| !route.takes_len(i, len)) {
                 continue;
             }
@@ -685,7 +690,7 @@ impl OpenCf {
         let defer = route.defer();
         if !defer && cands.len() == 1 {
             // Nothing to keep: the caller's mechanism goes to the provider as it came.
-            let b = self.bind_with(ms, kind, key, route, mech, extra, 0, None)?;
+            let b = self.bind_with(ms, kind, key, route, mech, extra, ALL, None)?;
             if b.ks {
                 ms.direct[kind as usize] = Some(Direct {
                     mech: mt,
@@ -704,7 +709,7 @@ impl OpenCf {
         };
         let mut op = Op::new(mt, key, Some(Box::new(kept)));
         if !defer {
-            self.bind(ms, kind, &mut op, 0, None)?;
+            self.bind(ms, kind, &mut op, ALL, None)?;
         } else {
             // A threshold applies, but binding now costs nothing when the candidate for the
             // smallest input can cancel the operation (`C_SessionCancel`, 3.0) should a larger
@@ -712,7 +717,7 @@ impl OpenCf {
             // a threshold, and small operations take the direct path.
             let small = route.first_for_len(0);
             if self.p(cands[small]).has_v3() {
-                self.bind(ms, kind, &mut op, small, Some(0))?;
+                self.bind(ms, kind, &mut op, small..usize::MAX, Some(0))?;
                 op.eager = true;
                 if let Some(b) = op.bound {
                     op.move_at = route.move_at(b.idx);
@@ -817,11 +822,12 @@ impl OpenCf {
             }
             if let (true, Some(b)) = (op.eager, op.bound) {
                 let want = self.route(op.mech, kind)?.first_for_len(len);
-                // The input reaches an earlier candidate's threshold: move the operation
-                // (if the provider cannot cancel, it runs where it is).
-                if want < b.idx && self.p(b.prov).session_cancel(b.h, kind.flag()).is_ok() {
-                    op.bound = None;
-                    start = want;
+                if want < b.idx {
+                    // The input reaches an earlier candidate's threshold: move the operation.
+                    let mut op = msr.ops[kind as usize].take().expect("active");
+                    self.move_op(ms, kind, &mut op, b, want, len);
+                    ms.ops[kind as usize] = Some(op);
+                    continue;
                 }
             }
             let Some(b) = op.bound else {
@@ -829,7 +835,7 @@ impl OpenCf {
                 // Bound for this input now, not for the smallest one.
                 op.eager = false;
                 // No candidate left after a failover: the caller gets the provider's error.
-                self.bind(ms, kind, &mut op, start, Some(len))
+                self.bind(ms, kind, &mut op, start..usize::MAX, Some(len))
                     .map_err(|e| failed.unwrap_or(e))?;
                 ms.ops[kind as usize] = Some(op);
                 continue;
@@ -850,6 +856,38 @@ impl OpenCf {
         }
     }
 
+    /// Moves `op`, bound at init to candidate `from` for the smallest input, to the first of
+    /// the earlier candidates `want..from.idx` that takes a single-part input of `len` bytes.
+    /// The operation is started there before it leaves `from`: when no earlier candidate takes
+    /// it (the key destroyed since the init, which the application may do; a clone refused;
+    /// a busy provider), or `from` cannot cancel, it runs where the init bound it, as the
+    /// init's answer promised. Either way it is no longer moved.
+    fn move_op(
+        &self,
+        ms: &mut MetaSession,
+        kind: OpKind,
+        op: &mut Op,
+        from: Bound,
+        want: usize,
+        len: usize,
+    ) {
+        op.eager = false;
+        op.bound = None;
+        if self.bind(ms, kind, op, want..from.idx, Some(len)).is_ok() {
+            let to = op.bound.expect("bound");
+            if self
+                .p(from.prov)
+                .session_cancel(from.h, kind.flag())
+                .is_ok()
+            {
+                return;
+            }
+            // `from` keeps its operation: the new one is given up.
+            let _ = self.p(to.prov).session_cancel(to.h, kind.flag());
+        }
+        op.bound = Some(from);
+    }
+
     /// Runs a step of a multi-part operation on its provider (binding it first if it was
     /// waiting for the length). `ends`: the step ends the operation when it returns `r`.
     pub fn meta_step(
@@ -865,7 +903,7 @@ impl OpenCf {
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         if op.bound.is_none() {
-            self.bind(&mut ms, kind, &mut op, 0, None)?;
+            self.bind(&mut ms, kind, &mut op, ALL, None)?;
         }
         let b = op.bound.expect("bound");
         let r = f(self.p(b.prov), b.h);
@@ -901,7 +939,7 @@ impl OpenCf {
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let r = if op.bound.is_none() {
-            self.bind(ms, kind, &mut op, 0, None)
+            self.bind(ms, kind, &mut op, ALL, None)
         } else {
             Ok(())
         };

@@ -623,6 +623,40 @@ fn threshold_binds_at_init_and_moves_large_inputs() {
         1,
         "multi-part ran in the software token"
     );
+    // The key destroyed between the init and a long single-part call: the operation cannot
+    // move (the faulty provider would need a clone of a key that is gone), so it runs where
+    // the init bound it, with the key the init took, as in the software token alone. (It once
+    // answered CKR_KEY_HANDLE_INVALID.)
+    let aes_of = |value: &[u8]| {
+        s.create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::AES),
+            Attribute::Value(value.to_vec()),
+            Attribute::Token(false),
+            Attribute::Encrypt(true),
+        ])
+        .unwrap()
+    };
+    let want = s
+        .encrypt(&Mechanism::AesEcb, aes_of(&[0x5a; 16]), &long)
+        .unwrap();
+    let gone = aes_of(&[0x5a; 16]);
+    // cryptoki has no single-part call after an init: the module's own function list.
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let ecb = opencf_abi::Mechanism::new(opencf_abi::sys::CKM_AES_ECB);
+    let (f1, s1) = (ops("faulty"), ops("softtoken"));
+    m.encrypt_init(s.handle(), &ecb, gone.handle()).unwrap();
+    s.destroy_object(gone).unwrap();
+    let mut got = vec![0u8; long.len()];
+    let mut o = opencf_abi::OutBuf::new(Some(&mut got));
+    m.encrypt(s.handle(), &long, &mut o).unwrap();
+    assert_eq!(o.len(), long.len());
+    assert_eq!(got, want, "encrypted with the key of the init");
+    assert_eq!(
+        (ops("faulty") - f1, ops("softtoken") - s1),
+        (0, 1),
+        "it ran in the software token"
+    );
     drop(s);
     p.finalize().unwrap();
 }

@@ -281,10 +281,17 @@ impl OpenCf {
         prov: usize,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
-        if prov == self.meta()?.keystore {
+        let keystore = self.meta()?.keystore;
+        if prov == keystore {
             return Ok(Some(key));
         }
         if let Some(h) = self.clones.get(key, prov) {
+            // A clone serves only while the key itself is within this session's reach in the
+            // keystore: not once it is destroyed (elsewhere, or with the session that owned a
+            // session object) nor, for a private key, after C_Logout. One attribute read.
+            self.p(keystore)
+                .get_attribute_value(ms.ks, key, &[CKA_CLASS])
+                .map_err(key_handle_error)?;
             return Ok(Some(h));
         }
         let _g = self.clones.making.lock().unwrap_or_else(|e| e.into_inner());

@@ -660,3 +660,66 @@ fn threshold_binds_at_init_and_moves_large_inputs() {
     drop(s);
     p.finalize().unwrap();
 }
+
+/// A key's clone in another provider serves only while the key itself is within the session's
+/// reach in the keystore. A session object destroyed with the session that made it, and a
+/// private session object destroyed by `C_Logout`, are refused through slot 0 as by the
+/// software token (`CKR_KEY_HANDLE_INVALID`), although their clones are still in the faulty
+/// provider (first candidate here). (Before, the clone kept serving both.)
+#[test]
+fn a_clone_serves_only_while_its_key_is_reachable() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("reach", "none", true, "");
+    let a = p.open_rw_session(slot0(&p)).unwrap();
+    login(&a);
+    let b = p.open_rw_session(slot0(&p)).unwrap();
+    let aes_in = |s: &Session, private: bool| {
+        s.generate_key(
+            &Mechanism::AesKeyGen,
+            &[
+                Attribute::ValueLen(16.into()),
+                Attribute::Token(false),
+                Attribute::Private(private),
+                Attribute::Encrypt(true),
+            ],
+        )
+        .unwrap()
+    };
+    let block = [3u8; 16];
+    let refused = |s: &Session, k: ObjectHandle| match s.encrypt(&Mechanism::AesEcb, k, &block) {
+        Err(Error::Pkcs11(rv, _)) => rv,
+        Ok(_) => panic!("the key served"),
+        Err(e) => panic!("{e:?}"),
+    };
+    let clones = secret_keys_in_faulty(&p);
+    // A session object of session a, used from b (cloned into the faulty provider).
+    let k = aes_in(&a, false);
+    let first = b.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    assert_eq!(secret_keys_in_faulty(&p), clones + 1, "the clone");
+    assert_eq!(b.encrypt(&Mechanism::AesEcb, k, &block).unwrap(), first);
+    drop(a);
+    assert_eq!(
+        refused(&b, k),
+        RvError::KeyHandleInvalid,
+        "its session closed"
+    );
+    // A private key: hidden once logged out, served again after a login.
+    let k = aes_in(&b, true);
+    let first = b.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    b.logout().unwrap();
+    assert_eq!(refused(&b, k), RvError::KeyHandleInvalid, "logged out");
+    b.login(
+        UserType::User,
+        Some(&AuthPin::from("failover-pin".to_string())),
+    )
+    .unwrap();
+    assert_eq!(
+        refused(&b, k),
+        RvError::KeyHandleInvalid,
+        "a private session object is destroyed by C_Logout (PKCS#11 3.2, C_Logout)"
+    );
+    let k = aes_in(&b, true);
+    assert_ne!(b.encrypt(&Mechanism::AesEcb, k, &block).unwrap(), first);
+    drop(b);
+    p.finalize().unwrap();
+}

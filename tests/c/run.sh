@@ -1,7 +1,11 @@
 #!/bin/sh
-# Build and run the table-driven bad-input test against the softtoken module.
+# Build and run the table-driven bad-input test against the softtoken module, then the
+# differential sequence test (seqdiff.c): random call sequences through slot 0 of the
+# framework must get the answers the softtoken gives when loaded alone.
 #   MODULE=path/to/module.so tests/c/run.sh     (default: release softtoken)
 #   SANITIZE=0 tests/c/run.sh                   (build without ASan/UBSan)
+#   SEQDIFF_FIRST=N SEQDIFF_SEEDS=N SEQDIFF_STEPS=N tests/c/run.sh
+#                                               (seeds of the sequence test: default 1, 40, 500)
 set -eu
 cd "$(dirname "$0")/../.."
 MODULE=${MODULE:-target/release/libopencf_softtoken.so}
@@ -18,7 +22,15 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi
 cc $CFLAGS -Itests/c -o target/badinput tests/c/badinput.c -ldl
+cc $CFLAGS -Itests/c -o target/seqdiff tests/c/seqdiff.c -ldl
 OPENCF_SOFTTOKEN_DIR=$(mktemp -d)
 export OPENCF_SOFTTOKEN_DIR
 trap 'rm -rf "$OPENCF_SOFTTOKEN_DIR"' EXIT
 ./target/badinput "$MODULE"
+
+FRAMEWORK=target/release/libopencf.so
+if [ ! -f "$FRAMEWORK" ] || [ ! -f target/release/libopencf_softtoken.so ]; then
+    cargo build --release --workspace
+fi
+./target/seqdiff target/release/libopencf_softtoken.so "$FRAMEWORK" 0 \
+    "${SEQDIFF_FIRST:-1}" "${SEQDIFF_SEEDS:-40}" "${SEQDIFF_STEPS:-500}"

@@ -1,0 +1,893 @@
+/*
+ * Differential sequence test: the metaslot must answer as the token it routes to.
+ *
+ * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
+ * operation family in every call order, size queries, short buffers, bad handles, hostile
+ * parameters, operation state, cancellation) runs twice, each time in a child process with a
+ * fresh keystore: once against the reference module's first token, once against the module
+ * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
+ * wrote back); the parent compares the two traces line by line and reports the first line
+ * where they differ, with the calls before it.  A child that crashes, or a CKR_GENERAL_ERROR
+ * (what the module returns for a caught panic), fails the seed too.
+ *
+ * Both children see the same calls: handles are kept in tables and chosen by index, so the
+ * sequence does not depend on the handle values a module hands out.
+ *
+ * Usage: seqdiff REF.so TEST.so TEST_SLOT FIRST_SEED SEEDS STEPS
+ *   e.g. seqdiff libopencf_softtoken.so libopencf.so 0 1 200 400
+ * Prints the calls before the first difference of each failing seed and a final
+ * "N seeds passed, N failed" line; SEQDIFF_SHOW=1 also prints every trace of the module under
+ * test on stderr.  Each child runs with the built-in default configuration (an empty
+ * XDG_CONFIG_HOME, no OPENCF_CONF), so the metaslot routes to the softtoken and, for inputs of
+ * 256 KiB and more, to the accelerator provider.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pkcs11.h"
+#include "ckr_names.h"
+
+static CK_FUNCTION_LIST *F;
+static CK_FUNCTION_LIST_3_0 *F3; /* NULL: no 3.0 interface */
+static CK_SLOT_ID the_slot;
+static FILE *trace;
+
+/* ---- a seeded generator (splitmix64), the same in both children ---- */
+static unsigned long long rng_state;
+static unsigned long long rnd(void)
+{
+    unsigned long long z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static unsigned below(unsigned n) { return (unsigned)(rnd() % n); }
+static int chance(unsigned pct) { return below(100) < pct; }
+
+static CK_SESSION_HANDLE cur;  /* the session of the last call that returned CKR_OK */
+static CK_SESSION_HANDLE last; /* the session of the current call */
+static int general_errors;
+static void out(CK_RV rv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(trace, fmt, ap);
+    va_end(ap);
+    fprintf(trace, " -> %s\n", ckr_name(rv));
+    if (rv == CKR_GENERAL_ERROR)
+        general_errors++;
+    if (rv == CKR_OK && last)
+        cur = last;
+    last = 0;
+}
+
+/* ---- state: handles by index ---- */
+#define NSESS 4
+#define NOBJ 10
+static CK_SESSION_HANDLE sess[NSESS];
+static CK_OBJECT_HANDLE obj[NOBJ];
+static CK_UTF8CHAR pin[] = "seqdiff-pin-1";
+static CK_UTF8CHAR wrong_pin[] = "not-the-pin";
+
+/* A session: mostly one of the table (possibly closed, possibly 0), sometimes garbage. */
+/* One of the filled entries of `t` (n entries), chosen uniformly; 0 when none is. */
+static CK_ULONG pick_filled(const CK_ULONG *t, unsigned n)
+{
+    unsigned i, filled = 0, k;
+    for (i = 0; i < n; i++)
+        filled += t[i] != 0;
+    if (filled == 0)
+        return 0;
+    k = below(filled);
+    for (i = 0; i < n; i++)
+        if (t[i] && k-- == 0)
+            return t[i];
+    return 0;
+}
+
+static CK_SESSION_HANDLE pick_sess_(void)
+{
+    if (chance(3))
+        return 0xdead0000UL + below(16);
+    /* mostly the session of the last call that worked, so operations run their course */
+    if (cur && chance(65))
+        return cur;
+    /* else a handle that was valid once (it may have been closed since) */
+    return pick_filled(sess, NSESS);
+}
+static CK_SESSION_HANDLE pick_sess(void)
+{
+    return last = pick_sess_();
+}
+static CK_OBJECT_HANDLE pick_obj(void)
+{
+    if (chance(4))
+        return chance(50) ? 0 : 0xbeef0000UL + below(16);
+    return pick_filled(obj, NOBJ);
+}
+static void keep_obj(CK_OBJECT_HANDLE h)
+{
+    unsigned i;
+    for (i = 0; i < NOBJ && obj[i]; i++)
+        ;
+    obj[i < NOBJ ? i : below(NOBJ)] = h;
+}
+
+/* ---- buffers ---- */
+/* BIG: past the accelerator's smallest bulk operation (256 KiB in the built-in default), so
+ * that with the default configuration the metaslot moves some operations there. */
+#define BIG (256 * 1024)
+static CK_BYTE data[BIG + 4096], buf[BIG + 8192], buf2[1024];
+
+static void fill(CK_BYTE *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        p[i] = (CK_BYTE)rnd();
+}
+
+/* Input of `n` bytes; a 256-byte one starts with a zero byte, so that it is below any
+ * RSA-2048 modulus (the two runs generate different keys). */
+static void fill_input(size_t n)
+{
+    fill(data, n);
+    if (n == 256)
+        data[0] = 0;
+}
+
+static CK_ULONG pick_len(void)
+{
+    switch (below(25)) {
+    case 0: case 1: case 2: case 3: case 4: case 5: return 0;
+    case 6: case 7: case 8: case 9: case 10: case 11: return 16 * below(5);
+    case 12: case 13: case 14: case 15: case 16: case 17: return below(100);
+    case 18: return BIG + (chance(50) ? 16 * below(256) : below(4096));
+    case 19: return 256; /* an RSA-2048 block */
+    default: return below(512);
+    }
+}
+
+/* A new input in `data`; its length. */
+static CK_ULONG next_input(void)
+{
+    CK_ULONG n = pick_len();
+    fill_input(n);
+    return n;
+}
+
+/* A signature to check in `buf2` (noise, sometimes of an RSA-2048 signature's length and
+ * below any modulus); its length. */
+static CK_ULONG next_signature(void)
+{
+    CK_ULONG n = chance(20) ? 256 : below(70);
+    fill(buf2, n);
+    buf2[0] = 0;
+    return n;
+}
+
+/* An output: NULL (size query), a short buffer, or a large one. *len is set accordingly. */
+static CK_BYTE *pick_out(CK_ULONG *len)
+{
+    switch (below(4)) {
+    case 0:
+        *len = 0;
+        return NULL;
+    case 1:
+        *len = below(24);
+        return buf;
+    default:
+        *len = sizeof buf;
+        return buf;
+    }
+}
+
+/* ---- mechanisms ---- */
+static CK_BYTE iv[32], aad[32];
+static CK_GCM_PARAMS gcm;
+static CK_MECHANISM mech;
+
+/* kind: 0 encrypt/decrypt, 1 digest, 2 sign/verify */
+static CK_MECHANISM *pick_mech(int kind)
+{
+    memset(&mech, 0, sizeof mech);
+    fill(iv, sizeof iv);
+    if (chance(3))
+        return NULL;
+    if (chance(3)) {
+        mech.mechanism = 0x7ffffff0UL; /* unassigned */
+        return &mech;
+    }
+    if (kind == 1) {
+        static const CK_MECHANISM_TYPE d[] = { CKM_SHA256, CKM_SHA512, CKM_SHA_1, CKM_SHA3_256 };
+        mech.mechanism = d[below(4)];
+        if (chance(5)) { /* a parameter where none belongs */
+            mech.pParameter = iv;
+            mech.ulParameterLen = 16;
+        }
+        return &mech;
+    }
+    if (kind == 2) {
+        static const CK_MECHANISM_TYPE s[] = { CKM_SHA256_HMAC, CKM_SHA512_HMAC, CKM_AES_CMAC,
+                                               CKM_AES_ECB,     CKM_ECDSA,       CKM_ECDSA_SHA256,
+                                               CKM_RSA_PKCS,    CKM_SHA256_RSA_PKCS,
+                                               CKM_RSA_X_509,   CKM_RSA_PKCS_PSS,
+                                               CKM_SHA256_RSA_PKCS_PSS };
+        static CK_RSA_PKCS_PSS_PARAMS pss;
+        mech.mechanism = s[below(11)];
+        if (mech.mechanism == CKM_RSA_PKCS_PSS || mech.mechanism == CKM_SHA256_RSA_PKCS_PSS) {
+            pss.hashAlg = chance(90) ? CKM_SHA256 : CKM_SHA_1;
+            pss.mgf = chance(90) ? CKG_MGF1_SHA256 : 0x77;
+            pss.sLen = chance(80) ? 32 : below(300);
+            mech.pParameter = &pss;
+            mech.ulParameterLen = chance(92) ? sizeof pss : below(sizeof pss);
+        }
+        return &mech;
+    }
+    switch (below(7)) {
+    case 5:
+        mech.mechanism = chance(50) ? CKM_RSA_PKCS : CKM_RSA_X_509;
+        break;
+    case 6: {
+        static CK_RSA_PKCS_OAEP_PARAMS oaep;
+        oaep.hashAlg = chance(90) ? CKM_SHA256 : CKM_SHA_1;
+        oaep.mgf = chance(90) ? CKG_MGF1_SHA256 : 0x77;
+        oaep.source = CKZ_DATA_SPECIFIED;
+        oaep.pSourceData = chance(70) ? NULL : aad;
+        oaep.ulSourceDataLen = oaep.pSourceData ? below(33) : 0;
+        mech.mechanism = CKM_RSA_PKCS_OAEP;
+        mech.pParameter = &oaep;
+        mech.ulParameterLen = chance(92) ? sizeof oaep : below(sizeof oaep);
+        break;
+    }
+    case 0:
+        mech.mechanism = CKM_AES_ECB;
+        break;
+    case 1:
+        mech.mechanism = CKM_AES_CBC_PAD;
+        mech.pParameter = iv;
+        mech.ulParameterLen = chance(85) ? 16 : below(20);
+        break;
+    case 2:
+        mech.mechanism = CKM_AES_CBC;
+        mech.pParameter = chance(90) ? iv : NULL;
+        mech.ulParameterLen = 16;
+        break;
+    case 3:
+        mech.mechanism = CKM_AES_CTR;
+        {
+            static CK_AES_CTR_PARAMS ctr;
+            ctr.ulCounterBits = chance(85) ? 128 : below(200);
+            memcpy(ctr.cb, iv, 16);
+            mech.pParameter = &ctr;
+            mech.ulParameterLen = chance(90) ? sizeof ctr : below(sizeof ctr);
+        }
+        break;
+    default:
+        mech.mechanism = CKM_AES_GCM;
+        fill(aad, sizeof aad);
+        gcm.pIv = chance(95) ? iv : NULL;
+        gcm.ulIvLen = chance(85) ? 12 : below(33);
+        gcm.ulIvBits = gcm.ulIvLen * 8;
+        gcm.pAAD = chance(50) ? aad : NULL;
+        gcm.ulAADLen = gcm.pAAD ? below(33) : 0;
+        gcm.ulTagBits = chance(80) ? 128 : 8 * below(20);
+        mech.pParameter = &gcm;
+        mech.ulParameterLen = chance(92) ? sizeof gcm : below(sizeof gcm);
+        break;
+    }
+    return &mech;
+}
+
+/* ---- the calls ---- */
+static CK_BBOOL T = CK_TRUE, Fa = CK_FALSE;
+static CK_BBOOL *tf(void) { return chance(50) ? &T : &Fa; }
+#define BOOL(t, p) ((CK_ATTRIBUTE){ (t), (p), sizeof(CK_BBOOL) })
+
+static void do_open(void)
+{
+    CK_SESSION_HANDLE h = 0;
+    CK_FLAGS fl = CKF_SERIAL_SESSION | (chance(70) ? CKF_RW_SESSION : 0);
+    CK_RV rv = F->C_OpenSession(chance(3) ? 4242 : the_slot, fl, NULL, NULL, &h);
+    out(rv, "C_OpenSession(rw=%d)", (fl & CKF_RW_SESSION) != 0);
+    if (rv == CKR_OK) {
+        unsigned i;
+        for (i = 0; i < NSESS && sess[i]; i++)
+            ;
+        sess[i < NSESS ? i : below(NSESS)] = h;
+        cur = h;
+    }
+}
+
+static void do_close(void)
+{
+    unsigned i = below(NSESS);
+    CK_RV rv = F->C_CloseSession(sess[i]);
+    out(rv, "C_CloseSession(#%u)", i);
+}
+
+static void do_login(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    if (chance(15)) {
+        out(F->C_Logout(s), "C_Logout");
+        return;
+    }
+    int right = chance(85);
+    CK_UTF8CHAR *p = right ? pin : wrong_pin;
+    out(F->C_Login(s, CKU_USER, p, (CK_ULONG)strlen((char *)p)), "C_Login(right=%d)", right);
+}
+
+static void do_create(void)
+{
+    CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+    CK_KEY_TYPE kt = chance(70) ? CKK_AES : CKK_GENERIC_SECRET;
+    CK_BYTE value[32];
+    CK_ULONG vlen = kt == CKK_AES ? (chance(90) ? 16 + 8 * below(3) : below(33)) : 32;
+    CK_UTF8CHAR label[] = "seqdiff";
+    CK_ULONG bogus = 7;
+    CK_ATTRIBUTE t[18];
+    int n = 0;
+    fill(value, sizeof value);
+    t[n++] = (CK_ATTRIBUTE){ CKA_CLASS, &cls, sizeof cls };
+    t[n++] = (CK_ATTRIBUTE){ CKA_KEY_TYPE, &kt, sizeof kt };
+    t[n++] = (CK_ATTRIBUTE){ CKA_VALUE, value, vlen };
+    t[n++] = BOOL(CKA_TOKEN, chance(20) ? &T : &Fa);
+    if (chance(50)) t[n++] = BOOL(CKA_PRIVATE, tf());
+    if (chance(50)) t[n++] = BOOL(CKA_SENSITIVE, tf());
+    if (chance(50)) t[n++] = BOOL(CKA_EXTRACTABLE, tf());
+    if (chance(70)) t[n++] = BOOL(CKA_ENCRYPT, tf());
+    if (chance(70)) t[n++] = BOOL(CKA_DECRYPT, tf());
+    if (chance(70)) t[n++] = BOOL(CKA_SIGN, tf());
+    if (chance(70)) t[n++] = BOOL(CKA_VERIFY, tf());
+    if (chance(40)) t[n++] = BOOL(CKA_WRAP, tf());
+    if (chance(40)) t[n++] = BOOL(CKA_UNWRAP, tf());
+    if (chance(40)) t[n++] = (CK_ATTRIBUTE){ CKA_LABEL, label, sizeof label - 1 };
+    if (chance(5)) t[n++] = (CK_ATTRIBUTE){ CKA_VALUE_LEN, &bogus, sizeof bogus };
+    if (chance(4)) t[n++] = (CK_ATTRIBUTE){ 0x7ffff123UL, &bogus, sizeof bogus };
+    if (chance(4)) t[n++] = (CK_ATTRIBUTE){ CKA_ENCRYPT, &bogus, 1 + below(8) };
+    CK_OBJECT_HANDLE h = 0;
+    CK_RV rv = F->C_CreateObject(pick_sess(), t, n, &h);
+    out(rv, "C_CreateObject(n=%d,vlen=%lu)", n, vlen);
+    if (rv == CKR_OK)
+        keep_obj(h);
+}
+
+static void do_generate(void)
+{
+    CK_MECHANISM m = { CKM_AES_KEY_GEN, NULL, 0 };
+    CK_ULONG len = chance(90) ? 16 + 8 * below(3) : below(40);
+    CK_ATTRIBUTE t[6];
+    int n = 0;
+    t[n++] = (CK_ATTRIBUTE){ CKA_VALUE_LEN, &len, sizeof len };
+    t[n++] = BOOL(CKA_TOKEN, chance(20) ? &T : &Fa);
+    t[n++] = BOOL(CKA_ENCRYPT, tf());
+    t[n++] = BOOL(CKA_DECRYPT, tf());
+    t[n++] = BOOL(CKA_SENSITIVE, tf());
+    t[n++] = BOOL(CKA_EXTRACTABLE, tf());
+    CK_OBJECT_HANDLE h = 0;
+    CK_RV rv = F->C_GenerateKey(pick_sess(), &m, t, n, &h);
+    out(rv, "C_GenerateKey(len=%lu)", len);
+    if (rv == CKR_OK)
+        keep_obj(h);
+}
+
+/* A key pair of mechanism `mt`: `spec` holds the public template's key-specific attributes
+ * (`n` of them); the usage and storage attributes are drawn at random. */
+static void gen_pair(CK_MECHANISM_TYPE mt, const CK_ATTRIBUTE *spec, int n, const char *what)
+{
+    CK_MECHANISM m = { mt, NULL, 0 };
+    CK_ATTRIBUTE pub[8], priv[5];
+    int np = 0, nv = 0, i;
+    CK_OBJECT_HANDLE hp = 0, hv = 0;
+    for (i = 0; i < n; i++)
+        pub[np++] = spec[i];
+    pub[np++] = BOOL(CKA_VERIFY, tf());
+    pub[np++] = BOOL(CKA_ENCRYPT, tf());
+    pub[np++] = BOOL(CKA_TOKEN, chance(20) ? &T : &Fa);
+    priv[nv++] = BOOL(CKA_SIGN, tf());
+    priv[nv++] = BOOL(CKA_DECRYPT, tf());
+    priv[nv++] = BOOL(CKA_TOKEN, chance(20) ? &T : &Fa);
+    priv[nv++] = BOOL(CKA_SENSITIVE, tf());
+    priv[nv++] = BOOL(CKA_EXTRACTABLE, tf());
+    CK_RV rv = F->C_GenerateKeyPair(pick_sess(), &m, pub, np, priv, nv, &hp, &hv);
+    out(rv, "C_GenerateKeyPair(%s)", what);
+    if (rv == CKR_OK) {
+        keep_obj(hp);
+        keep_obj(hv);
+    }
+}
+
+/* A P-256 key pair, or (rarer: generating one takes a while) an RSA-2048 one, the size the
+ * accelerator serves. */
+static void do_keypair(void)
+{
+    static const CK_BYTE p256[] = { 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07 };
+    static CK_ULONG bits = 2048;
+    static CK_BYTE e[] = { 1, 0, 1 };
+    if (chance(12)) {
+        CK_ATTRIBUTE rsa[2] = { { CKA_MODULUS_BITS, &bits, sizeof bits },
+                                { CKA_PUBLIC_EXPONENT, e, sizeof e } };
+        gen_pair(CKM_RSA_PKCS_KEY_PAIR_GEN, rsa, 2, "RSA-2048");
+        return;
+    }
+    CK_ATTRIBUTE ec[1] = { { CKA_EC_PARAMS, (void *)p256, chance(95) ? sizeof p256 : below(10) } };
+    gen_pair(CKM_EC_KEY_PAIR_GEN, ec, 1, "P-256");
+}
+
+/* C_WrapKey of a key with a key, or C_UnwrapKey of bytes (a wrapped key of this run, or noise). */
+static CK_BYTE wrapped[512];
+static CK_ULONG wrapped_len;
+static void do_wrap(void)
+{
+    CK_MECHANISM m = { chance(50) ? CKM_AES_KEY_WRAP_PAD : CKM_AES_KEY_WRAP, NULL, 0 };
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_OBJECT_HANDLE wk = pick_obj();
+    if (chance(3))
+        m.mechanism = CKM_AES_ECB;
+    if (chance(55)) {
+        CK_ULONG olen;
+        CK_BYTE *o = pick_out(&olen);
+        if (o)
+            o = wrapped, olen = olen > sizeof wrapped ? sizeof wrapped : olen;
+        CK_OBJECT_HANDLE k = pick_obj();
+        CK_KEY_TYPE kt = 0;
+        CK_ATTRIBUTE a = { CKA_KEY_TYPE, &kt, sizeof kt };
+        /* The length of an RSA key's encoding differs from one key to the next, and the two
+         * runs generate different keys: such a key is not wrapped (a read, not traced). */
+        if (F->C_GetAttributeValue(s, k, &a, 1) == CKR_OK && kt == CKK_RSA) {
+            fprintf(trace, "C_WrapKey of an RSA key: skipped\n");
+            return;
+        }
+        CK_RV rv = F->C_WrapKey(s, &m, wk, k, o, &olen);
+        out(rv, "C_WrapKey(%lx,out=%d) len=%lu", (unsigned long)m.mechanism, o != NULL, olen);
+        if (rv == CKR_OK && o)
+            wrapped_len = olen;
+        return;
+    }
+    CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+    CK_KEY_TYPE kt = CKK_AES;
+    CK_ATTRIBUTE t[4];
+    int n = 0;
+    t[n++] = (CK_ATTRIBUTE){ CKA_CLASS, &cls, sizeof cls };
+    if (chance(80)) t[n++] = (CK_ATTRIBUTE){ CKA_KEY_TYPE, &kt, sizeof kt };
+    t[n++] = BOOL(CKA_ENCRYPT, tf());
+    t[n++] = BOOL(CKA_DECRYPT, tf());
+    CK_ULONG len = wrapped_len;
+    if (chance(30)) {
+        len = below(64);
+        fill(wrapped, len);
+    } else if (chance(20) && len) {
+        wrapped[below(len)] ^= 1;
+    }
+    CK_OBJECT_HANDLE h = 0;
+    CK_RV rv = F->C_UnwrapKey(s, &m, wk, wrapped, len, t, n, &h);
+    out(rv, "C_UnwrapKey(%lx,%lu)", (unsigned long)m.mechanism, len);
+    if (rv == CKR_OK)
+        keep_obj(h);
+}
+
+typedef CK_RV (*init_fn)(CK_SESSION_HANDLE, CK_MECHANISM *, CK_OBJECT_HANDLE);
+typedef CK_RV (*single_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG, CK_BYTE *, CK_ULONG *);
+typedef CK_RV (*update_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG, CK_BYTE *, CK_ULONG *);
+typedef CK_RV (*final_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG *);
+
+
+static void do_crypt(int decrypt)
+{
+    const char *nm = decrypt ? "Decrypt" : "Encrypt";
+    init_fn init = decrypt ? F->C_DecryptInit : F->C_EncryptInit;
+    single_fn single = decrypt ? F->C_Decrypt : F->C_Encrypt;
+    update_fn update = decrypt ? F->C_DecryptUpdate : F->C_EncryptUpdate;
+    final_fn fin = decrypt ? F->C_DecryptFinal : F->C_EncryptFinal;
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG olen, dlen;
+    CK_BYTE *o;
+    switch (chance(40) ? 0 : 1 + below(3)) {
+    case 0: {
+        CK_MECHANISM *m = pick_mech(0);
+        out(init(s, m, pick_obj()), "C_%sInit(%lx)", nm, m ? (unsigned long)m->mechanism : 0UL);
+        break;
+    }
+    case 1:
+        dlen = next_input();
+        o = pick_out(&olen);
+        out(single(s, data, dlen, o, &olen), "C_%s(%lu,out=%d) len=%lu", nm, dlen, o != NULL, olen);
+        break;
+    case 2:
+        dlen = next_input();
+        o = pick_out(&olen);
+        out(update(s, data, dlen, o, &olen), "C_%sUpdate(%lu,out=%d) len=%lu", nm, dlen, o != NULL,
+            olen);
+        break;
+    default:
+        o = pick_out(&olen);
+        out(fin(s, o, &olen), "C_%sFinal(out=%d) len=%lu", nm, o != NULL, olen);
+        break;
+    }
+}
+
+static void do_digest(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG olen, dlen;
+    CK_BYTE *o;
+    switch (chance(35) ? 0 : 1 + below(4)) {
+    case 0: {
+        CK_MECHANISM *m = pick_mech(1);
+        out(F->C_DigestInit(s, m), "C_DigestInit(%lx)", m ? (unsigned long)m->mechanism : 0UL);
+        break;
+    }
+    case 1:
+        dlen = next_input();
+        o = pick_out(&olen);
+        out(F->C_Digest(s, data, dlen, o, &olen), "C_Digest(%lu,out=%d) len=%lu", dlen, o != NULL,
+            olen);
+        break;
+    case 2:
+        dlen = next_input();
+        out(F->C_DigestUpdate(s, data, dlen), "C_DigestUpdate(%lu)", dlen);
+        break;
+    case 3:
+        out(F->C_DigestKey(s, pick_obj()), "C_DigestKey");
+        break;
+    default:
+        o = pick_out(&olen);
+        out(F->C_DigestFinal(s, o, &olen), "C_DigestFinal(out=%d) len=%lu", o != NULL, olen);
+        break;
+    }
+}
+
+static void do_sign(int verify)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG olen, dlen;
+    CK_BYTE *o;
+    switch (chance(40) ? 0 : 1 + below(3)) {
+    case 0: {
+        CK_MECHANISM *m = pick_mech(2);
+        unsigned long mt = m ? (unsigned long)m->mechanism : 0UL;
+        if (verify)
+            out(F->C_VerifyInit(s, m, pick_obj()), "C_VerifyInit(%lx)", mt);
+        else
+            out(F->C_SignInit(s, m, pick_obj()), "C_SignInit(%lx)", mt);
+        break;
+    }
+    case 1:
+        dlen = next_input();
+        if (verify) {
+            olen = next_signature();
+            out(F->C_Verify(s, data, dlen, buf2, olen), "C_Verify(%lu,%lu)", dlen, olen);
+        } else {
+            o = pick_out(&olen);
+            out(F->C_Sign(s, data, dlen, o, &olen), "C_Sign(%lu,out=%d) len=%lu", dlen, o != NULL,
+                olen);
+        }
+        break;
+    case 2:
+        dlen = next_input();
+        if (verify)
+            out(F->C_VerifyUpdate(s, data, dlen), "C_VerifyUpdate(%lu)", dlen);
+        else
+            out(F->C_SignUpdate(s, data, dlen), "C_SignUpdate(%lu)", dlen);
+        break;
+    default:
+        if (verify) {
+            olen = next_signature();
+            out(F->C_VerifyFinal(s, buf2, olen), "C_VerifyFinal(%lu)", olen);
+        } else {
+            o = pick_out(&olen);
+            out(F->C_SignFinal(s, o, &olen), "C_SignFinal(out=%d) len=%lu", o != NULL, olen);
+        }
+        break;
+    }
+}
+
+static void do_find(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    switch (below(3)) {
+    case 0: {
+        CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+        CK_UTF8CHAR label[] = "seqdiff";
+        CK_ATTRIBUTE t[2];
+        int n = 0;
+        if (chance(50)) t[n++] = (CK_ATTRIBUTE){ CKA_CLASS, &cls, sizeof cls };
+        if (chance(30)) t[n++] = (CK_ATTRIBUTE){ CKA_LABEL, label, sizeof label - 1 };
+        out(F->C_FindObjectsInit(s, n ? t : NULL, n), "C_FindObjectsInit(%d)", n);
+        break;
+    }
+    case 1: {
+        CK_OBJECT_HANDLE found[8];
+        CK_ULONG max = below(9), got = 99;
+        CK_RV rv = F->C_FindObjects(s, found, max, &got);
+        out(rv, "C_FindObjects(%lu) got=%lu", max, rv == CKR_OK ? got : 0);
+        if (rv == CKR_OK && got > 0 && chance(50))
+            keep_obj(found[below(got)]);
+        break;
+    }
+    default:
+        out(F->C_FindObjectsFinal(s), "C_FindObjectsFinal");
+        break;
+    }
+}
+
+static void do_attrs(void)
+{
+    static const CK_ATTRIBUTE_TYPE types[] = { CKA_CLASS, CKA_KEY_TYPE, CKA_VALUE, CKA_VALUE_LEN,
+                                               CKA_LABEL, CKA_SENSITIVE, CKA_ENCRYPT, CKA_TOKEN,
+                                               CKA_LOCAL, 0x7ffff123UL };
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_OBJECT_HANDLE h = pick_obj();
+    CK_ATTRIBUTE_TYPE ty = types[below(sizeof types / sizeof types[0])];
+    if (chance(70)) {
+        CK_ATTRIBUTE a = { ty, NULL, 0 };
+        switch (below(3)) {
+        case 0: break;
+        case 1: a.pValue = buf; a.ulValueLen = below(4); break;
+        default: a.pValue = buf; a.ulValueLen = sizeof buf; break;
+        }
+        CK_RV rv = F->C_GetAttributeValue(s, h, &a, 1);
+        out(rv, "C_GetAttributeValue(%lx,buf=%d) len=%ld", (unsigned long)ty, a.pValue != NULL,
+            (long)a.ulValueLen);
+        return;
+    }
+    CK_UTF8CHAR label[] = "renamed";
+    CK_ATTRIBUTE a;
+    switch (below(4)) {
+    case 0: a = (CK_ATTRIBUTE){ CKA_LABEL, label, sizeof label - 1 }; break;
+    case 1: a = BOOL(CKA_ENCRYPT, tf()); break;
+    case 2: a = BOOL(CKA_SENSITIVE, tf()); break;
+    default: a = (CK_ATTRIBUTE){ CKA_VALUE, buf2, 16 }; break;
+    }
+    out(F->C_SetAttributeValue(s, h, &a, 1), "C_SetAttributeValue(%lx)", (unsigned long)a.type);
+}
+
+static void do_objects(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    if (chance(40)) {
+        CK_OBJECT_HANDLE h = pick_obj();
+        CK_RV rv = F->C_DestroyObject(s, h);
+        unsigned i;
+        out(rv, "C_DestroyObject");
+        for (i = 0; rv == CKR_OK && i < NOBJ; i++)
+            if (obj[i] == h)
+                obj[i] = 0;
+        return;
+    }
+    CK_ATTRIBUTE t[1] = { { CKA_TOKEN, tf(), sizeof(CK_BBOOL) } };
+    CK_OBJECT_HANDLE h = 0;
+    CK_RV rv = F->C_CopyObject(s, pick_obj(), t, chance(50), &h);
+    out(rv, "C_CopyObject");
+    if (rv == CKR_OK)
+        keep_obj(h);
+}
+
+static void do_session_misc(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    switch (below(3)) {
+    case 0: {
+        CK_SESSION_INFO si;
+        CK_RV rv = F->C_GetSessionInfo(s, &si);
+        out(rv, "C_GetSessionInfo state=%lu flags=%lx", rv ? 0UL : (unsigned long)si.state,
+            rv ? 0UL : (unsigned long)si.flags);
+        break;
+    }
+    case 1:
+        if (F3) {
+            static const CK_FLAGS fl[] = { CKF_ENCRYPT, CKF_DECRYPT, CKF_DIGEST, CKF_SIGN,
+                                           CKF_VERIFY, CKF_FIND_OBJECTS };
+            CK_FLAGS f = fl[below(6)] | (chance(30) ? fl[below(6)] : 0);
+            out(F3->C_SessionCancel(s, f), "C_SessionCancel(%lx)", (unsigned long)f);
+        }
+        break;
+    default: {
+        CK_BYTE r[16];
+        out(F->C_GenerateRandom(s, r, below(17)), "C_GenerateRandom");
+        break;
+    }
+    }
+}
+
+/* The first slot with a token (the reference module), or slot `want`. */
+static CK_RV find_slot(long want)
+{
+    CK_SLOT_ID slots[16];
+    CK_ULONG n = 16;
+    CK_RV rv;
+    if (want >= 0) {
+        the_slot = (CK_SLOT_ID)want;
+        return CKR_OK;
+    }
+    rv = F->C_GetSlotList(CK_TRUE, slots, &n);
+    if (rv != CKR_OK)
+        return rv;
+    if (n == 0)
+        return CKR_TOKEN_NOT_PRESENT;
+    the_slot = slots[0];
+    return CKR_OK;
+}
+
+/* Runs seed `seed` against `path`, one line per call on `fd`; exit 0 when the run could start. */
+static int child(const char *path, long slot, unsigned long long seed, int steps, int fd)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    CK_C_GetFunctionList gfl;
+    CK_C_GetInterface gi;
+    CK_INTERFACE *itf = NULL;
+    CK_VERSION v30 = { 3, 0 };
+    CK_SESSION_HANDLE s0;
+    CK_UTF8CHAR first[] = "changeme";
+    int i;
+    trace = fdopen(fd, "w");
+    if (!h || !trace) {
+        fprintf(stderr, "seqdiff: cannot load %s: %s\n", path, dlerror());
+        return 3;
+    }
+    gfl = (CK_C_GetFunctionList)dlsym(h, "C_GetFunctionList");
+    if (!gfl || gfl(&F) != CKR_OK)
+        return 3;
+    gi = (CK_C_GetInterface)dlsym(h, "C_GetInterface");
+    if (gi && gi((CK_UTF8CHAR *)"PKCS 11", &v30, &itf, 0) == CKR_OK && itf)
+        F3 = itf->pFunctionList;
+    if (F->C_Initialize(NULL) != CKR_OK || find_slot(slot) != CKR_OK)
+        return 3;
+    /* Setup (not compared): the user PIN changed from the fresh token's. */
+    if (F->C_OpenSession(the_slot, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &s0) != CKR_OK ||
+        F->C_Login(s0, CKU_USER, first, 8) != CKR_OK ||
+        F->C_SetPIN(s0, first, 8, pin, (CK_ULONG)strlen((char *)pin)) != CKR_OK ||
+        F->C_Logout(s0) != CKR_OK || F->C_CloseSession(s0) != CKR_OK) {
+        fprintf(stderr, "seqdiff: setup failed on %s\n", path);
+        return 3;
+    }
+    rng_state = seed;
+    for (i = 0; i < steps; i++) {
+        fprintf(trace, "%4d ", i);
+        switch (below(22)) {
+        case 0: do_open(); break;
+        case 1: if (chance(15)) do_close(); else do_open(); break;
+        case 2: do_login(); break;
+        case 3: do_create(); break;
+        case 4: do_generate(); break;
+        case 5: case 6: case 7: do_crypt(0); break;
+        case 8: case 9: do_crypt(1); break;
+        case 10: case 11: do_digest(); break;
+        case 12: case 13: do_sign(0); break;
+        case 14: do_sign(1); break;
+        case 15: do_find(); break;
+        case 16: case 17: do_attrs(); break;
+        case 18: do_objects(); break;
+        case 19: do_session_misc(); break;
+        case 20: do_keypair(); break;
+        default: do_wrap(); break;
+        }
+        fflush(trace);
+    }
+    fprintf(trace, "end %s\n", general_errors ? "with CKR_GENERAL_ERROR" : "");
+    fflush(trace);
+    F->C_Finalize(NULL);
+    return 0;
+}
+
+/* Runs one child in a fresh keystore; returns its trace (malloc'd) and its wait status. */
+static char *run(const char *path, long slot, unsigned long long seed, int steps, int *status)
+{
+    int p[2];
+    char dir[] = "/tmp/seqdiff.XXXXXX";
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    pid_t pid;
+    if (pipe(p) != 0 || !mkdtemp(dir))
+        exit(2);
+    pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        /* the built-in default configuration (no /etc/opencf assumed) and a fresh keystore */
+        setenv("OPENCF_SOFTTOKEN_DIR", dir, 1);
+        setenv("XDG_CONFIG_HOME", dir, 1);
+        unsetenv("OPENCF_CONF");
+        _exit(child(path, slot, seed, steps, p[1]));
+    }
+    close(p[1]);
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            text = realloc(text, cap);
+        }
+        ssize_t n = read(p[0], text + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    text[len] = 0;
+    close(p[0]);
+    waitpid(pid, status, 0);
+    {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "seqdiff: could not remove %s\n", dir);
+    }
+    return text;
+}
+
+static void show_context(const char *a, const char *where)
+{
+    /* the five lines before `where` in a */
+    const char *start = where;
+    int lines = 0;
+    while (start > a && lines < 6) {
+        start--;
+        if (*start == '\n')
+            lines++;
+    }
+    if (*start == '\n')
+        start++;
+    fprintf(stdout, "%.*s", (int)(where - start), start);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long first;
+    int seeds, steps, s, failed = 0;
+    long slot;
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s REF.so TEST.so TEST_SLOT FIRST_SEED SEEDS STEPS\n", argv[0]);
+        return 2;
+    }
+    slot = strtol(argv[3], NULL, 0);
+    first = strtoull(argv[4], NULL, 0);
+    seeds = atoi(argv[5]);
+    steps = atoi(argv[6]);
+    for (s = 0; s < seeds; s++) {
+        unsigned long long seed = first + (unsigned long long)s;
+        int st_a, st_b;
+        char *a = run(argv[1], -1, seed, steps, &st_a);
+        char *b = run(argv[2], slot, seed, steps, &st_b);
+        const char *pa = a, *pb = b;
+        int bad = 0;
+        if (!WIFEXITED(st_a) || WEXITSTATUS(st_a) != 0 || !WIFEXITED(st_b) ||
+            WEXITSTATUS(st_b) != 0) {
+            printf("FAIL seed %llu: a child did not finish (reference status %d, test status %d)\n",
+                   seed, st_a, st_b);
+            bad = 1;
+        }
+        while (!bad && *pa && *pb) {
+            const char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
+            size_t la = ea ? (size_t)(ea - pa) : strlen(pa), lb = eb ? (size_t)(eb - pb) : strlen(pb);
+            if (la != lb || memcmp(pa, pb, la) != 0) {
+                printf("FAIL seed %llu: the traces differ\n", seed);
+                show_context(a, pa);
+                printf("  reference: %.*s\n  test:      %.*s\n", (int)la, pa, (int)lb, pb);
+                bad = 1;
+                break;
+            }
+            if (!ea || !eb)
+                break;
+            pa = ea + 1;
+            pb = eb + 1;
+        }
+        if (!bad && (strstr(a, "with CKR_GENERAL_ERROR") || strstr(b, "with CKR_GENERAL_ERROR"))) {
+            printf("FAIL seed %llu: CKR_GENERAL_ERROR (a caught panic or an internal error)\n", seed);
+            bad = 1;
+        }
+        if (!bad && (!strstr(a, "\nend ") || !strstr(b, "\nend "))) {
+            printf("FAIL seed %llu: a trace is incomplete\n", seed);
+            bad = 1;
+        }
+        failed += bad;
+        if (getenv("SEQDIFF_SHOW"))
+            fputs(b, stderr);
+        free(a);
+        free(b);
+    }
+    printf("seqdiff: %d seeds passed, %d failed (%d steps each, seeds %llu..%llu)\n", seeds - failed,
+           failed, steps, first, first + (unsigned long long)seeds - 1);
+    return failed ? 1 : 0;
+}

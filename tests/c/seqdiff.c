@@ -587,6 +587,56 @@ static void do_sign(int verify)
     }
 }
 
+/* Message-based encryption (PKCS#11 3.0): C_MessageEncryptInit/C_MessageDecryptInit with
+ * AES-GCM, single-part messages with per-message parameters, and the finals. (The software
+ * token has no multi-part messages, C_*MessageBegin/Next: it answers CKR_FUNCTION_NOT_SUPPORTED
+ * whatever the session, where slot 0 checks the session first and then asks the token.) */
+static void do_message(void)
+{
+    static CK_GCM_MESSAGE_PARAMS mp;
+    static CK_BYTE tag[16];
+    CK_SESSION_HANDLE s = pick_sess();
+    int dec = chance(40);
+    CK_ULONG olen, dlen, alen = below(33);
+    CK_BYTE *o;
+    const char *nm = dec ? "Decrypt" : "Encrypt";
+    if (!F3)
+        return;
+    fill(iv, sizeof iv);
+    fill(aad, sizeof aad);
+    mp.pIv = iv;
+    mp.ulIvLen = chance(85) ? 12 : below(20);
+    mp.ulIvFixedBits = 0;
+    /* decryption takes the IV as given; encryption has the token make it (random), or not */
+    mp.ivGenerator = dec || chance(30) ? CKG_NO_GENERATE : CKG_GENERATE_RANDOM;
+    mp.pTag = tag;
+    mp.ulTagBits = chance(85) ? 128 : 8 * below(20);
+    CK_ULONG plen = chance(92) ? sizeof mp : below(sizeof mp);
+    switch (below(6)) {
+    case 0: case 1: {
+        CK_MECHANISM m = { chance(90) ? CKM_AES_GCM : CKM_AES_CBC, NULL, 0 };
+        CK_OBJECT_HANDLE k = pick_obj();
+        CK_RV rv = dec ? F3->C_MessageDecryptInit(s, &m, k) : F3->C_MessageEncryptInit(s, &m, k);
+        out(rv, "C_Message%sInit(%lx)", nm, (unsigned long)m.mechanism);
+        break;
+    }
+    case 2: case 3: case 4:
+        dlen = next_input();
+        o = pick_out(&olen);
+        if (dec)
+            out(F3->C_DecryptMessage(s, &mp, plen, aad, alen, data, dlen, o, &olen),
+                "C_DecryptMessage(%lu,%lu,out=%d) len=%lu", plen, dlen, o != NULL, olen);
+        else
+            out(F3->C_EncryptMessage(s, &mp, plen, aad, alen, data, dlen, o, &olen),
+                "C_EncryptMessage(%lu,%lu,out=%d) len=%lu", plen, dlen, o != NULL, olen);
+        break;
+    default:
+        out(dec ? F3->C_MessageDecryptFinal(s) : F3->C_MessageEncryptFinal(s),
+            "C_Message%sFinal", nm);
+        break;
+    }
+}
+
 static void do_find(void)
 {
     CK_SESSION_HANDLE s = pick_sess();
@@ -749,7 +799,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
     rng_state = seed;
     for (i = 0; i < steps; i++) {
         fprintf(trace, "%4d ", i);
-        switch (below(22)) {
+        switch (below(23)) {
         case 0: do_open(); break;
         case 1: if (chance(15)) do_close(); else do_open(); break;
         case 2: do_login(); break;
@@ -765,6 +815,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
         case 18: do_objects(); break;
         case 19: do_session_misc(); break;
         case 20: do_keypair(); break;
+        case 21: do_message(); break;
         default: do_wrap(); break;
         }
         fflush(trace);

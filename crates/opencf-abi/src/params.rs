@@ -904,6 +904,20 @@ impl MechRef<'_> {
             MechRef::Raw(r) => r.mechanism(),
         }
     }
+    /// Runs `f` with the mechanism parsed: as it came, or parsed from the caller's structure.
+    ///
+    /// The parsed mechanism is lent from inside the parse result, not moved out of it: the move
+    /// read it back in wider pieces than the parse had just written, a store-forwarding stall on
+    /// every init.
+    pub fn with_parsed<R>(self, f: impl FnOnce(&Mechanism) -> CkResult<R>) -> CkResult<R> {
+        match self {
+            MechRef::Parsed(m) => f(m),
+            MechRef::Raw(r) => match &r.parse() {
+                Ok(m) => f(m),
+                Err(e) => Err(*e),
+            },
+        }
+    }
     /// An owned, parsed copy.
     pub fn to_mechanism(&self) -> CkResult<Mechanism> {
         match self {

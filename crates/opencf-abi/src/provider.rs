@@ -1107,7 +1107,7 @@ impl Provider {
     #[inline]
     pub fn pinned_digest_init(&self, p: &crate::Pinned, mech: MechRef<'_>) -> CkResult<()> {
         let b = self.pinned_backend()?;
-        with_parsed(mech, |m| b.pinned_digest_init(p, m))
+        mech.with_parsed(|m| b.pinned_digest_init(p, m))
     }
     /// `C_Verify` on a pinned session.
     #[inline]
@@ -1130,7 +1130,7 @@ macro_rules! pinned_fns {
                     key: CK_OBJECT_HANDLE,
                 ) -> CkResult<()> {
                     let b = self.pinned_backend()?;
-                    with_parsed(mech, |m| b.$init(p, m, key))
+                    mech.with_parsed(|m| b.$init(p, m, key))
                 }
             )*
             $(
@@ -1163,21 +1163,6 @@ pinned_fns! {
         pinned_sign,
         /// `C_Digest` on a pinned session.
         pinned_digest
-}
-
-/// Runs `f` with `mech` parsed: as it came, or parsed from the caller's structure.
-///
-/// The parsed mechanism is lent from inside the parse result, not moved out of it: the move
-/// read it back in wider pieces than the parse had just written, a store-forwarding stall on
-/// every init.
-fn with_parsed<R>(mech: MechRef<'_>, f: impl FnOnce(&Mechanism) -> CkResult<R>) -> CkResult<R> {
-    match mech {
-        MechRef::Parsed(m) => f(m),
-        MechRef::Raw(r) => match &r.parse() {
-            Ok(m) => f(m),
-            Err(e) => Err(*e),
-        },
-    }
 }
 
 /// Runs `f` with `mech` as a `CK_MECHANISM` pointer valid for the call: the caller's own
@@ -1214,7 +1199,7 @@ macro_rules! init_fns {
                         $(if let MechRef::Raw(r) = mech {
                             return b.$raw(s, r, key);
                         })?
-                        with_parsed(mech, |m| b.$name(s, m, key))
+                        mech.with_parsed(|m| b.$name(s, m, key))
                     });
                     let f = func!(self.$c);
                     // SAFETY: a function of the loaded module; a mechanism valid for the call.
@@ -1434,8 +1419,8 @@ impl Provider {
         sig: &[u8],
     ) -> CkResult<()> {
         let mech = mech.into();
-        linked!(self, |b| with_parsed(mech, |m| b
-            .verify_signature_init(s, m, key, sig)));
+        linked!(self, |b| mech
+            .with_parsed(|m| b.verify_signature_init(s, m, key, sig)));
         let f = func!(self.C_VerifySignatureInit);
         with_mechanism(mech, |m| {
             // SAFETY: a function of the loaded module; a mechanism valid for the call and an

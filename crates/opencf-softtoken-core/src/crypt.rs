@@ -5,10 +5,10 @@
 use crate::attrs::AttrMapExt;
 use crate::mech::{self, CipherOp};
 use crate::object::Object;
-use crate::session::{MechArg, OpState, Session, SpareCipher};
+use crate::session::{OpState, Session, SpareCipher};
 use crate::SoftToken;
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism, MessageParams, OutBuf};
+use opencf_abi::{CkResult, MechRef, Mechanism, MessageParams, OutBuf};
 
 /// Checks that `m` can do `flag` (`CKF_ENCRYPT`, `CKF_SIGN`, …) in this token.
 pub fn check_mechanism(m: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> CkResult<()> {
@@ -86,11 +86,15 @@ fn step(
 
 impl SoftToken {
     /// `C_EncryptInit` (`encrypt`) or `C_DecryptInit` on a session already found (by handle,
-    /// or pinned by the framework).
+    /// or pinned by the framework). A mechanism that comes unparsed (`C_EncryptInit` through
+    /// this module's C ABI) is parsed after the session's checks, so that a closed session or
+    /// an active operation is reported before a malformed parameter, in the order slot 0 of the
+    /// framework, which passes the parameter on unread, reports them (docs/METASLOT.md, "Slot 0
+    /// answers as its token does"). The same holds for the other inits.
     pub fn cipher_init(
         &self,
         sess: &Session,
-        mech: MechArg<'_>,
+        mech: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
         encrypt: bool,
     ) -> CkResult<()> {
@@ -100,8 +104,18 @@ impl SoftToken {
         if slot_of(st, encrypt).is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let mut parsed = None;
-        let mech = mech.get(&mut parsed)?;
+        mech.with_parsed(|mech| self.cipher_init_parsed(sess, st, mech, key, encrypt))
+    }
+
+    /// [`SoftToken::cipher_init`] once the session is checked and the mechanism parsed.
+    fn cipher_init_parsed(
+        &self,
+        sess: &Session,
+        st: &mut OpState,
+        mech: &Mechanism,
+        key: CK_OBJECT_HANDLE,
+        encrypt: bool,
+    ) -> CkResult<()> {
         let (flag, classes, usage) = if encrypt {
             (CKF_ENCRYPT, [CKO_SECRET_KEY, CKO_PUBLIC_KEY], CKA_ENCRYPT)
         } else {

@@ -3,10 +3,10 @@
 
 use crate::crypt::check_mechanism;
 use crate::mech;
-use crate::session::{MechArg, Session};
+use crate::session::Session;
 use crate::SoftToken;
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism, OutBuf};
+use opencf_abi::{CkResult, MechRef, Mechanism, OutBuf};
 
 impl SoftToken {
     /// `C_DigestInit`.
@@ -15,15 +15,17 @@ impl SoftToken {
     }
 
     /// `C_DigestInit` on a session already found (a pinned one, or by handle).
-    pub fn digest_init_in(&self, sess: &Session, m: MechArg<'_>) -> CkResult<()> {
+    pub fn digest_init_in(&self, sess: &Session, m: MechRef<'_>) -> CkResult<()> {
         let mut st = sess.lock();
         if st.digest.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let mut parsed = None;
-        let m = m.get(&mut parsed)?;
-        check_mechanism(m.mechanism, CKF_DIGEST)?;
-        st.digest = Some(mech::digest_init(m)?);
+        // Parsed after the session's check (see `cipher_init`).
+        let op = m.with_parsed(|m| {
+            check_mechanism(m.mechanism, CKF_DIGEST)?;
+            mech::digest_init(m)
+        })?;
+        st.digest = Some(op);
         st.digest_multi = false;
         Ok(())
     }

@@ -36,10 +36,10 @@ pub mod token;
 use object::Object;
 use opencf_abi::sys::*;
 use opencf_abi::{
-    AttrValue, Attribute, Backend, CkResult, InitArgs, Mechanism, MessageParams, OutBuf,
+    AttrValue, Attribute, Backend, CkResult, InitArgs, MechRef, Mechanism, MessageParams, OutBuf,
     RawMechanism,
 };
-use session::{MechArg, Session};
+use session::Session;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -536,14 +536,14 @@ impl Backend for SoftToken {
         self.session(s).map(|_| ())
     }
     // The inits through this module's own C ABI: the mechanism is parsed after the session's
-    // checks (session::MechArg), with one lookup of the session.
+    // checks (SoftToken::cipher_init), with one lookup of the session.
     fn encrypt_init_raw(
         &self,
         s: CK_SESSION_HANDLE,
         m: RawMechanism<'_>,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(&*self.session(s)?, MechArg::Raw(m), k, true)
+        self.cipher_init(&*self.session(s)?, MechRef::Raw(m), k, true)
     }
     fn decrypt_init_raw(
         &self,
@@ -551,10 +551,10 @@ impl Backend for SoftToken {
         m: RawMechanism<'_>,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.cipher_init(&*self.session(s)?, MechArg::Raw(m), k, false)
+        self.cipher_init(&*self.session(s)?, MechRef::Raw(m), k, false)
     }
     fn digest_init_raw(&self, s: CK_SESSION_HANDLE, m: RawMechanism<'_>) -> CkResult<()> {
-        self.digest_init_in(&*self.session(s)?, MechArg::Raw(m))
+        self.digest_init_in(&*self.session(s)?, MechRef::Raw(m))
     }
     fn sign_init_raw(
         &self,
@@ -562,7 +562,7 @@ impl Backend for SoftToken {
         m: RawMechanism<'_>,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.sign_init_in(&*self.session(s)?, MechArg::Raw(m), k)
+        self.sign_init_in(&*self.session(s)?, MechRef::Raw(m), k)
     }
     fn verify_init_raw(
         &self,
@@ -570,6 +570,6 @@ impl Backend for SoftToken {
         m: RawMechanism<'_>,
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.verify_init_in(&*self.session(s)?, MechArg::Raw(m), k)
+        self.verify_init_in(&*self.session(s)?, MechRef::Raw(m), k)
     }
 }

@@ -111,35 +111,6 @@ pub fn op_survives(out: &OutBuf, r: &CkResult<()>) -> bool {
     *r == Err(CKR_BUFFER_TOO_SMALL) || (r.is_ok() && out.is_query())
 }
 
-/// The mechanism of an init: parsed already ([`MechArg::Parsed`]: a framework's pinned call,
-/// or this crate's Rust API), or as the application passed it through this module's C ABI
-/// ([`MechArg::Raw`]), read only after the session's own checks. A closed session or an
-/// operation already active is then reported before a malformed parameter, in the order slot 0
-/// of the framework, which passes the parameter on unread, reports them (docs/METASLOT.md,
-/// "Slot 0 answers as its token does").
-pub enum MechArg<'a> {
-    /// Parsed by the caller.
-    Parsed(&'a Mechanism),
-    /// The caller's `CK_MECHANISM`, parsed on demand.
-    Raw(opencf_abi::RawMechanism<'a>),
-}
-
-impl<'a> From<&'a Mechanism> for MechArg<'a> {
-    fn from(m: &'a Mechanism) -> MechArg<'a> {
-        MechArg::Parsed(m)
-    }
-}
-
-impl MechArg<'_> {
-    /// The mechanism parsed, into `slot` when it comes raw.
-    pub fn get<'s>(&'s self, slot: &'s mut Option<Mechanism>) -> CkResult<&'s Mechanism> {
-        match self {
-            MechArg::Parsed(m) => Ok(m),
-            MechArg::Raw(r) => Ok(slot.insert(r.parse()?)),
-        }
-    }
-}
-
 impl Session {
     /// Locks the session's operation state (uncontended unless two threads share a session).
     pub fn lock(&self) -> MutexGuard<'_, OpState> {

@@ -7,10 +7,10 @@
 use crate::attrs::AttrMapExt;
 use crate::crypt::{check_key, check_mechanism};
 use crate::mech;
-use crate::session::{MechArg, RecoverOp, Session, SignState};
+use crate::session::{RecoverOp, Session, SignState};
 use crate::SoftToken;
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism, OutBuf};
+use opencf_abi::{CkResult, MechRef, Mechanism, OutBuf};
 
 impl SoftToken {
     /// `C_SignInit`.
@@ -27,7 +27,7 @@ impl SoftToken {
     pub fn sign_init_in(
         &self,
         sess: &Session,
-        m: MechArg<'_>,
+        m: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         sess.check_pin_ok()?;
@@ -35,21 +35,22 @@ impl SoftToken {
         if st.sign.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let mut parsed = None;
-        let m = m.get(&mut parsed)?;
-        check_mechanism(m.mechanism, CKF_SIGN)?;
-        let obj = self.op_key(sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
-        check_key(
-            &obj,
-            &[CKO_PRIVATE_KEY, CKO_SECRET_KEY],
-            CKA_SIGN,
-            m.mechanism,
-        )?;
-        let op = mech::sign_init(m, obj.key())?;
-        let needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
-        st.context_auth = false;
-        st.sign = Some(SignState { op, needs_auth });
-        Ok(())
+        // Parsed after the session's checks (see `cipher_init`).
+        m.with_parsed(|m| {
+            check_mechanism(m.mechanism, CKF_SIGN)?;
+            let obj = self.op_key(sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
+            check_key(
+                &obj,
+                &[CKO_PRIVATE_KEY, CKO_SECRET_KEY],
+                CKA_SIGN,
+                m.mechanism,
+            )?;
+            let op = mech::sign_init(m, obj.key())?;
+            let needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
+            st.context_auth = false;
+            st.sign = Some(SignState { op, needs_auth });
+            Ok(())
+        })
     }
 
     fn sign_step(
@@ -231,7 +232,7 @@ impl SoftToken {
     pub fn verify_init_in(
         &self,
         sess: &Session,
-        m: MechArg<'_>,
+        m: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         sess.check_pin_ok()?;
@@ -239,9 +240,8 @@ impl SoftToken {
         if st.verify.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let mut parsed = None;
-        let m = m.get(&mut parsed)?;
-        let op = self.new_verify(sess, &mut st, m, key)?;
+        // Parsed after the session's checks (see `cipher_init`).
+        let op = m.with_parsed(|m| self.new_verify(sess, &mut st, m, key))?;
         st.verify = Some(op);
         Ok(())
     }

@@ -281,17 +281,14 @@ impl OpenCf {
         prov: usize,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
-        let keystore = self.meta()?.keystore;
-        if prov == keystore {
+        if prov == self.meta()?.keystore {
             return Ok(Some(key));
         }
         if let Some(h) = self.clones.get(key, prov) {
             // A clone serves only while the key itself is within this session's reach in the
             // keystore: not once it is destroyed (elsewhere, or with the session that owned a
-            // session object) nor, for a private key, after C_Logout. One attribute read.
-            self.p(keystore)
-                .get_attribute_value(ms.ks, key, &[CKA_CLASS])
-                .map_err(key_handle_error)?;
+            // session object) nor, for a private key, after C_Logout.
+            self.check_key(ms, key)?;
             return Ok(Some(h));
         }
         let _g = self.clones.making.lock().unwrap_or_else(|e| e.into_inner());
@@ -307,6 +304,15 @@ impl OpenCf {
                 .insert((key, prov), h);
         }
         Ok(made)
+    }
+
+    /// `CKR_KEY_HANDLE_INVALID` unless metaslot key `key` is an object within the reach of
+    /// session `ms` in the keystore (one attribute read).
+    fn check_key(&self, ms: &MetaSession, key: CK_OBJECT_HANDLE) -> CkResult<()> {
+        self.p(self.meta()?.keystore)
+            .get_attribute_value(ms.ks, key, &[CKA_CLASS])
+            .map(|_| ())
+            .map_err(key_handle_error)
     }
 
     fn make_clone(
@@ -739,9 +745,7 @@ impl OpenCf {
                 }
             } else if let Some(k) = key {
                 // Bind when the data length is known; check the key now.
-                let ks = self.p(self.meta()?.keystore);
-                ks.get_attribute_value(ms.ks, k, &[CKA_CLASS])
-                    .map_err(key_handle_error)?;
+                self.check_key(ms, k)?;
             }
         }
         ms.ops[kind as usize] = Some(op);

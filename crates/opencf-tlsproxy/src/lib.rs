@@ -37,13 +37,15 @@ pub fn log_name() -> &'static str {
     LOG_NAME.get().map_or("opencf-tlsproxy", String::as_str)
 }
 
-/// Prints one line of the daemon's log on stderr with a single `write`: stderr is unbuffered,
-/// so `eprintln!` writes each piece of its format apart, and the lines of worker processes that
-/// share the supervisor's stderr would interleave piece by piece.
+/// Prints one line of the daemon's log on stderr, `<log_name()>: ` and the message, with a
+/// single `write`: stderr is unbuffered, so `eprintln!` writes each piece of its format apart,
+/// and the lines of worker processes that share the supervisor's stderr would interleave piece
+/// by piece.
 #[macro_export]
 macro_rules! log_line {
     ($($arg:tt)*) => {{
-        let mut line = format!($($arg)*);
+        let mut line = format!("{}: ", $crate::log_name());
+        let _ = std::fmt::Write::write_fmt(&mut line, format_args!($($arg)*));
         line.push('\n');
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }};

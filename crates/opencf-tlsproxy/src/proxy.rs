@@ -18,7 +18,7 @@ use crate::stats::{self, inc, Active};
 use crate::tickets::TicketSecret;
 use crate::tls::{Decision, InstanceTls, Resumption};
 use crate::token::{default_module, Module};
-use crate::{log_name, Result};
+use crate::Result;
 use rustls::server::Acceptor;
 use rustls::ServerConfig;
 use std::collections::HashMap;
@@ -126,10 +126,7 @@ impl Proxy {
     /// changed; on error nothing changes. Returns what was started, updated and stopped.
     pub async fn apply(&mut self, cfg: &Config) -> Result<(usize, usize, usize)> {
         if cfg.module.as_ref().is_some_and(|m| *m != self.module.path) {
-            crate::log_line!(
-                "{}: a new module path takes effect at restart only",
-                log_name()
-            );
+            crate::log_line!("a new module path takes effect at restart only");
         }
         let wanted: Vec<&Instance> = cfg.served(self.only.as_deref()).collect();
         if let Some(o) = &self.only {
@@ -172,8 +169,7 @@ impl Proxy {
                 }
                 Some(l) => {
                     crate::log_line!(
-                        "{}: instance {} listening on {} (clear text to 127.0.0.1:{})",
-                        log_name(),
+                        "instance {} listening on {} (clear text to 127.0.0.1:{})",
                         state.inst.name(),
                         l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                         state.inst.proxy_port
@@ -209,7 +205,7 @@ async fn accept_loop(listener: TcpListener, rx: watch::Receiver<Arc<State>>) {
             }
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
-                crate::log_line!("{}: accept: {e}", log_name());
+                crate::log_line!("accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -442,11 +438,7 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
     let mut proxy = Proxy::new(&cfg, &opts)?;
     proxy.apply(&cfg).await?;
     if proxy.running.is_empty() {
-        crate::log_line!(
-            "{}: no instance in {}; waiting for SIGHUP",
-            log_name(),
-            path.display()
-        );
+        crate::log_line!("no instance in {}; waiting for SIGHUP", path.display());
     }
     ready()?;
     loop {
@@ -457,11 +449,10 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
                     Err(e) => Err(e),
                 };
                 match r {
-                    Ok((a, u, d)) => crate::log_line!(
-                        "{}: reloaded: {a} started, {u} updated, {d} stopped",
-                        log_name()
-                    ),
-                    Err(e) => crate::log_line!("{}: reload failed, nothing changed: {e}", log_name()),
+                    Ok((a, u, d)) => {
+                        crate::log_line!("reloaded: {a} started, {u} updated, {d} stopped")
+                    }
+                    Err(e) => crate::log_line!("reload failed, nothing changed: {e}"),
                 }
             }
             _ = term.recv() => break,

@@ -478,11 +478,7 @@ impl Signer for TokenSigner {
     fn sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, rustls::Error> {
         self.key.sign_with(self.scheme, message).map_err(|e| {
             stats::inc(stats::get().sign_errors);
-            crate::log_line!(
-                "{}: signing with {}: {e}",
-                crate::log_name(),
-                self.key.0.name
-            );
+            crate::log_line!("signing with {}: {e}", self.key.0.name);
             rustls::Error::General(format!("token signature failed: {e}"))
         })
     }

@@ -19,7 +19,7 @@
 use crate::config::{Config, Instance};
 use crate::proxy::{stop_signals, PidFile};
 use crate::tickets::{TicketSecret, SECRET_LEN};
-use crate::{log_name, set_log_name, Result};
+use crate::{set_log_name, Result};
 use rustix::process::{kill_process, Pid, Signal};
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -65,7 +65,7 @@ pub fn worker_init(index: usize) -> Result<TicketSecret> {
                     _ => {}
                 }
             }
-            crate::log_line!("{}: the supervisor is gone; exiting", log_name());
+            crate::log_line!("the supervisor is gone; exiting");
             std::process::exit(1);
         })
         .map_err(|e| format!("watch thread: {e}"))?;
@@ -186,11 +186,7 @@ impl Supervisor {
                 let s = &mut self.slots[i];
                 s.ready = true;
                 if s.restarts > 0 {
-                    crate::log_line!(
-                        "{}: worker {i} restarted, pid {}",
-                        log_name(),
-                        s.pid.unwrap_or(0)
-                    );
+                    crate::log_line!("worker {i} restarted, pid {}", s.pid.unwrap_or(0));
                 }
                 None
             }
@@ -238,8 +234,7 @@ impl Supervisor {
         s.backoff = (s.backoff * 2).min(MAX_BACKOFF);
         s.restart_at = Some(now + delay);
         crate::log_line!(
-            "{}: worker {i} (pid {pid}) exited ({status}); restarting it in {} s",
-            log_name(),
+            "worker {i} (pid {pid}) exited ({status}); restarting it in {} s",
             delay.as_secs_f32()
         );
     }
@@ -252,7 +247,7 @@ impl Supervisor {
                 self.slots[i].restart_at = None;
                 self.slots[i].restarts += 1;
                 if let Err(e) = self.spawn(i).await {
-                    crate::log_line!("{}: {e}", log_name());
+                    crate::log_line!("{e}");
                     self.slots[i].started = now;
                     self.schedule_restart(i, 0, "not started");
                 }
@@ -271,11 +266,7 @@ impl Supervisor {
                     self.event(ev);
                 }
                 _ if !killed => {
-                    crate::log_line!(
-                        "{}: workers {} did not stop; killing them",
-                        log_name(),
-                        self.pids()
-                    );
+                    crate::log_line!("workers {} did not stop; killing them", self.pids());
                     self.signal_all(Signal::KILL);
                     killed = true;
                     deadline = Instant::now() + Duration::from_secs(2);
@@ -354,12 +345,7 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
         return Err(e);
     }
     let _pid = o.pid_file.map(PidFile::create).transpose()?;
-    crate::log_line!(
-        "{}: {} workers running, pids {}",
-        log_name(),
-        o.workers,
-        sup.pids()
-    );
+    crate::log_line!("{} workers running, pids {}", o.workers, sup.pids());
     loop {
         let next = sup.slots.iter().filter_map(|s| s.restart_at).min();
         let far = Instant::now() + Duration::from_secs(3600);
@@ -369,7 +355,7 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
                 if o.from_file {
                     let n = Config::load(o.config).ok().and_then(|c| c.workers).unwrap_or(1);
                     if n != o.workers {
-                        crate::log_line!("{}: a new workers count takes effect at restart only", log_name());
+                        crate::log_line!("a new workers count takes effect at restart only");
                     }
                 }
             }

@@ -8,7 +8,7 @@ use opencf_tlsproxy::tickets::TicketSecret;
 use opencf_tlsproxy::tls::{InstanceTls, Resumption};
 use opencf_tlsproxy::token::{default_module, Module};
 use opencf_tlsproxy::workers::{self, SuperviseOptions};
-use opencf_tlsproxy::{log_name, Result};
+use opencf_tlsproxy::Result;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -122,7 +122,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            opencf_tlsproxy::log_line!("{}: {e}", log_name());
+            opencf_tlsproxy::log_line!("{e}");
             ExitCode::FAILURE
         }
     }

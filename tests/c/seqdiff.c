@@ -74,7 +74,6 @@ static CK_OBJECT_HANDLE obj[NOBJ];
 static CK_UTF8CHAR pin[] = "seqdiff-pin-1";
 static CK_UTF8CHAR wrong_pin[] = "not-the-pin";
 
-/* A session: mostly one of the table (possibly closed, possibly 0), sometimes garbage. */
 /* One of the filled entries of `t` (n entries), chosen uniformly; 0 when none is. */
 static CK_ULONG pick_filled(const CK_ULONG *t, unsigned n)
 {
@@ -90,6 +89,8 @@ static CK_ULONG pick_filled(const CK_ULONG *t, unsigned n)
     return 0;
 }
 
+/* A session: mostly the current one or one of the table (possibly closed since), sometimes
+ * garbage. */
 static CK_SESSION_HANDLE pick_sess_(void)
 {
     if (chance(3))
@@ -110,13 +111,15 @@ static CK_OBJECT_HANDLE pick_obj(void)
         return chance(50) ? 0 : 0xbeef0000UL + below(16);
     return pick_filled(obj, NOBJ);
 }
-static void keep_obj(CK_OBJECT_HANDLE h)
+/* Keeps `h` in the first empty entry of `t` (n entries), else in a random one. */
+static void keep(CK_ULONG *t, unsigned n, CK_ULONG h)
 {
     unsigned i;
-    for (i = 0; i < NOBJ && obj[i]; i++)
+    for (i = 0; i < n && t[i]; i++)
         ;
-    obj[i < NOBJ ? i : below(NOBJ)] = h;
+    t[i < n ? i : below(n)] = h;
 }
+static void keep_obj(CK_OBJECT_HANDLE h) { keep(obj, NOBJ, h); }
 
 /* ---- buffers ---- */
 /* BIG: past the accelerator's smallest bulk operation (256 KiB in the built-in default), so
@@ -295,10 +298,7 @@ static void do_open(void)
     CK_RV rv = F->C_OpenSession(chance(3) ? 4242 : the_slot, fl, NULL, NULL, &h);
     out(rv, "C_OpenSession(rw=%d)", (fl & CKF_RW_SESSION) != 0);
     if (rv == CKR_OK) {
-        unsigned i;
-        for (i = 0; i < NSESS && sess[i]; i++)
-            ;
-        sess[i < NSESS ? i : below(NSESS)] = h;
+        keep(sess, NSESS, h);
         cur = h;
     }
 }

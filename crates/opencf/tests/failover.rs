@@ -116,6 +116,9 @@ fn slot_labelled(p: &Pkcs11, label: &str) -> Slot {
         .unwrap_or_else(|| panic!("no slot with token {label:?}"))
 }
 
+/// The user PIN [`login`] sets.
+const USER_PIN: &str = "failover-pin";
+
 fn login(s: &Session) {
     match s.login(UserType::User, Some(&AuthPin::from("changeme".to_string()))) {
         Ok(()) | Err(Error::Pkcs11(RvError::PinExpired, _)) => {}
@@ -123,15 +126,12 @@ fn login(s: &Session) {
     }
     s.set_pin(
         &AuthPin::from("changeme".to_string()),
-        &AuthPin::from("failover-pin".to_string()),
+        &AuthPin::from(USER_PIN.to_string()),
     )
     .expect("C_SetPIN");
     let _ = s.logout();
-    s.login(
-        UserType::User,
-        Some(&AuthPin::from("failover-pin".to_string())),
-    )
-    .expect("C_Login");
+    s.login(UserType::User, Some(&AuthPin::from(USER_PIN.to_string())))
+        .expect("C_Login");
 }
 
 struct Keys {
@@ -703,16 +703,13 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
         RvError::KeyHandleInvalid,
         "its session closed"
     );
-    // A private key: hidden once logged out, served again after a login.
+    // A private session key: destroyed by C_Logout, and still refused after a new login.
     let k = aes_in(&b, true);
     let first = b.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
     b.logout().unwrap();
     assert_eq!(refused(&b, k), RvError::KeyHandleInvalid, "logged out");
-    b.login(
-        UserType::User,
-        Some(&AuthPin::from("failover-pin".to_string())),
-    )
-    .unwrap();
+    b.login(UserType::User, Some(&AuthPin::from(USER_PIN.to_string())))
+        .unwrap();
     assert_eq!(
         refused(&b, k),
         RvError::KeyHandleInvalid,

@@ -43,12 +43,26 @@ impl SoftToken {
         } else {
             out.filled().unwrap_or(&[]).to_vec()
         };
+        if let Second::Digest = second {
+            // As after `C_DigestUpdate`: `C_Digest` may no longer follow.
+            st.digest_multi = true;
+        }
         let r = match second {
             Second::Digest => st.digest.as_mut().map(|d| d.update(&plain)),
             Second::Sign => st.sign.as_mut().map(|d| d.op.update(&plain)),
             Second::Verify => st.verify.as_mut().map(|d| d.update(&plain)),
-        };
-        r.unwrap_or(Err(CKR_OPERATION_NOT_INITIALIZED))
+        }
+        .unwrap_or(Err(CKR_OPERATION_NOT_INITIALIZED));
+        if r.is_err() {
+            // An error ends the operation, as it ends it in `C_DigestUpdate`,
+            // `C_SignUpdate` and `C_VerifyUpdate`.
+            match second {
+                Second::Digest => st.digest = None,
+                Second::Sign => st.sign = None,
+                Second::Verify => st.verify = None,
+            }
+        }
+        r
     }
 
     /// `C_DigestEncryptUpdate`.

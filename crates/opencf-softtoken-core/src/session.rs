@@ -314,7 +314,10 @@ impl SoftToken {
             || st.sign.is_some()
             || st.verify.is_some()
             || st.sign_recover.is_some()
-            || st.verify_recover.is_some();
+            || st.verify_recover.is_some()
+            || st.verify_signature.is_some()
+            || st.message_encrypt.is_some()
+            || st.message_decrypt.is_some();
         match &st.digest {
             Some(_) if others => Err(CKR_STATE_UNSAVEABLE),
             Some(d) => {
@@ -331,7 +334,11 @@ impl SoftToken {
     pub fn set_operation_state(&self, s: CK_SESSION_HANDLE, state: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
         let d = mech::digest_restore(state)?;
-        sess.lock().digest = Some(d);
+        let mut st = sess.lock();
+        st.digest = Some(d);
+        // The state of a digest under way: `C_Digest` may not follow, as after
+        // `C_DigestUpdate`.
+        st.digest_multi = true;
         Ok(())
     }
 

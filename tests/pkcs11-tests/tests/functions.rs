@@ -643,6 +643,39 @@ fn state_round_trip(mech: fn() -> Mechanism<'static>, name: &str, want: &[u8], d
         want,
         "{name}: second restore"
     );
+
+    // A restored digest is one under way: C_Digest may not follow it, as it may
+    // not follow C_DigestUpdate (the refusal ends the operation). In a new session,
+    // which has had no digest before.
+    let s3 = env.token.session();
+    raw_ok(
+        env.raw
+            .set_operation_state(s3.handle(), state_copy(&s1, env, mech, data), None, None),
+        "C_SetOperationState",
+    );
+    raw_expect(
+        env.raw.digest(s3.handle(), data),
+        cryptoki_sys::CKR_OPERATION_ACTIVE,
+        "C_Digest after C_SetOperationState",
+    );
+    assert!(s3.digest_final().is_err(), "{name}: the refusal ended it");
+}
+
+/// A fresh saved state of `mech` after half of `data`, from session `s`.
+fn state_copy(
+    s: &cryptoki::session::Session,
+    env: &Env,
+    mech: fn() -> Mechanism<'static>,
+    data: &[u8],
+) -> Vec<u8> {
+    ok(s.digest_init(&mech()), "C_DigestInit");
+    ok(s.digest_update(&data[..data.len() / 2]), "C_DigestUpdate");
+    let state = raw_ok(
+        env.raw.get_operation_state(s.handle()),
+        "C_GetOperationState",
+    );
+    ok(s.digest_final(), "C_DigestFinal");
+    state
 }
 
 #[test]
@@ -725,6 +758,29 @@ fn operation_state_refusals() {
         "digest after the refusal"
     );
 
+    // A message-based encryption beside a digest: saving the digest alone would
+    // lose it.
+    let mut iv = [0x11u8; 12];
+    let mut tag = [0u8; 16];
+    let init =
+        GcmMessageParams::new(&mut iv, 0.into(), GeneratorFunction::NoGenerate, &mut tag).unwrap();
+    ok(
+        s.message_encrypt_init(&Mechanism::AesGcmMessage(init), key),
+        "C_MessageEncryptInit",
+    );
+    ok(s.digest_init(&Mechanism::Sha256), "C_DigestInit");
+    raw_expect(
+        env.raw.get_operation_state(sh),
+        cryptoki_sys::CKR_STATE_UNSAVEABLE,
+        "C_GetOperationState with a message-based encryption and a digest active",
+    );
+    ok(s.message_encrypt_final(), "C_MessageEncryptFinal");
+    assert!(
+        raw_ok(env.raw.get_operation_state(sh), "C_GetOperationState").len() > 13,
+        "the digest alone again"
+    );
+    ok(s.digest_final(), "C_DigestFinal");
+
     // SHA3 keeps its state inside OpenSSL: unsaveable, still usable.
     raw_ok(
         env.raw
@@ -804,6 +860,23 @@ fn dual_digest_encrypt_and_decrypt_digest() {
     assert_eq!(ct, sep_ct, "C_DigestEncryptUpdate ciphertext vs C_Encrypt");
     assert_eq!(md, sep_md, "C_DigestEncryptUpdate digest vs C_Digest");
 
+    // The digest is under way after C_DigestEncryptUpdate: C_Digest may not follow.
+    ok(s.digest_init(&Mechanism::Sha256), "C_DigestInit");
+    ok(
+        s.encrypt_init(&Mechanism::AesCbcPad(iv), key),
+        "C_EncryptInit",
+    );
+    raw_ok(
+        env.raw.digest_encrypt_update(sh, &data[..16]),
+        "C_DigestEncryptUpdate",
+    );
+    raw_expect(
+        env.raw.digest(sh, &data[16..]),
+        cryptoki_sys::CKR_OPERATION_ACTIVE,
+        "C_Digest after C_DigestEncryptUpdate",
+    );
+    ok(s.encrypt_final(), "C_EncryptFinal");
+
     // C_DecryptDigestUpdate. The digest covers what the updates output; the
     // part C_DecryptFinal returns is digested by the application.
     ok(
@@ -871,6 +944,28 @@ fn dual_sign_encrypt_and_decrypt_verify() {
     let mac = ok(s.sign_final(), "C_SignFinal");
     assert_eq!(ct, sep_ct, "C_SignEncryptUpdate ciphertext vs C_Encrypt");
     assert_eq!(mac, sep_mac, "C_SignEncryptUpdate MAC vs C_Sign");
+
+    // An error of the signing step ends the signature, as an error of
+    // C_SignUpdate does (raw ECDSA signs in one part only); the encryption goes on.
+    let (_, ec_private) = ec_pair(&s, false, b"dual-ecdsa");
+    ok(
+        s.sign_init(&Mechanism::Ecdsa, ec_private),
+        "C_SignInit(CKM_ECDSA)",
+    );
+    ok(
+        s.encrypt_init(&Mechanism::AesCbcPad(iv), aes),
+        "C_EncryptInit",
+    );
+    assert!(
+        env.raw.sign_encrypt_update(sh, &data[..16]).is_err(),
+        "C_SignEncryptUpdate with CKM_ECDSA"
+    );
+    raw_expect(
+        env.raw.sign_encrypt_update(sh, &data[16..32]),
+        cryptoki_sys::CKR_OPERATION_NOT_INITIALIZED,
+        "C_SignEncryptUpdate after the signature ended",
+    );
+    ok(s.encrypt_final(), "C_EncryptFinal");
 
     // C_DecryptVerifyUpdate, with the right MAC and with a wrong one.
     for (sig, good) in [(mac.clone(), true), (flip(&mac, 0), false)] {

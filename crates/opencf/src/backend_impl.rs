@@ -66,9 +66,7 @@ impl Backend for OpenCf {
         OpenCf::session_cancel(self, s, flags)
     }
     fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
-        dispatch!(self, s, |p, h| p.get_operation_state(h, out), |_m| Err(
-            CKR_STATE_UNSAVEABLE
-        ))
+        OpenCf::get_operation_state(self, s, out)
     }
     fn set_operation_state(
         &self,
@@ -77,12 +75,7 @@ impl Backend for OpenCf {
         e: CK_OBJECT_HANDLE,
         a: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        dispatch!(
-            self,
-            s,
-            |p, h| p.set_operation_state(h, state, e, a),
-            |_m| Err(CKR_SAVED_STATE_INVALID)
-        )
+        OpenCf::set_operation_state(self, s, state, e, a)
     }
     fn login(&self, s: CK_SESSION_HANDLE, user: CK_USER_TYPE, pin: &[u8]) -> CkResult<()> {
         OpenCf::login(self, s, user, pin)
@@ -305,6 +298,33 @@ impl Backend for OpenCf {
     }
     fn digest_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         OpenCf::digest_final(self, s, o)
+    }
+    fn digest_encrypt_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
+        OpenCf::digest_encrypt_update(self, s, d, o)
+    }
+    fn decrypt_digest_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
+        OpenCf::decrypt_digest_update(self, s, d, o)
+    }
+    fn sign_encrypt_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
+        OpenCf::sign_encrypt_update(self, s, d, o)
+    }
+    fn decrypt_verify_update(
+        &self,
+        s: CK_SESSION_HANDLE,
+        d: &[u8],
+        o: &mut OutBuf,
+    ) -> CkResult<()> {
+        OpenCf::decrypt_verify_update(self, s, d, o)
     }
     fn sign_init(&self, s: CK_SESSION_HANDLE, m: &Mechanism, k: CK_OBJECT_HANDLE) -> CkResult<()> {
         OpenCf::sign_init(self, s, m.into(), k)

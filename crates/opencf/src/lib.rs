@@ -29,6 +29,7 @@
 
 pub mod crypt;
 pub mod digest;
+pub mod dual;
 pub mod general;
 pub mod keys;
 pub mod metaslot;

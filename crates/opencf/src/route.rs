@@ -909,12 +909,24 @@ impl OpenCf {
         ends: impl Fn(&CkResult<()>) -> bool,
         f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
-        let mut ms = m.lock();
+        self.step_in(&mut m.lock(), kind, len, ends, f)
+    }
+
+    /// [`OpenCf::meta_step`] on a session already locked (the dual-function updates run two
+    /// steps under one lock).
+    pub fn step_in(
+        &self,
+        ms: &mut MetaSession,
+        kind: OpKind,
+        len: usize,
+        ends: impl Fn(&CkResult<()>) -> bool,
+        f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
+    ) -> CkResult<()> {
         let mut op = ms.ops[kind as usize]
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         if op.bound.is_none() {
-            self.bind(&mut ms, kind, &mut op, ALL, None)?;
+            self.bind(ms, kind, &mut op, ALL, None)?;
         }
         let b = op.bound.expect("bound");
         let r = f(self.p(b.prov), b.h);

@@ -1,14 +1,41 @@
 //! Session management: `C_OpenSession`, `C_CloseSession`, `C_CloseAllSessions`,
-//! `C_GetSessionInfo`, `C_SessionCancel`, `C_Login`, `C_Logout`.
+//! `C_GetSessionInfo`, `C_SessionCancel`, `C_GetOperationState`, `C_SetOperationState`,
+//! `C_Login`, `C_Logout`.
 //!
 //! A metaslot session opens its keystore session at once and sessions in other providers when
 //! an operation first runs there. Login and logout on the metaslot go to the keystore token.
+//!
+//! The operation state of a metaslot session is that of its digest, the one operation whose
+//! state the providers save (as in the software token): the provider running it saves it, and
+//! the metaslot puts in front which provider that is and the mechanism, so that
+//! `C_SetOperationState` sends the state back to the same provider, in any session of slot 0
+//! of a process with the same configuration. Layout: the magic `OCFM`, a version byte (1), the
+//! length of the provider's configured name (one byte) and the name, the mechanism as a
+//! little-endian `CK_ULONG`, then the provider's own saved state.
 
-use crate::metaslot::{MetaSession, KINDS};
+use crate::metaslot::{Bound, MetaSession, Op, OpKind, KINDS};
+use crate::route::two_call;
 use crate::{dispatch, OpenCf, Sess, METASLOT_ID};
 use opencf_abi::sync::{SessionGuard, SessionLock};
 use opencf_abi::sys::*;
-use opencf_abi::CkResult;
+use opencf_abi::{CkResult, OutBuf};
+
+const STATE_MAGIC: &[u8; 4] = b"OCFM";
+const STATE_VERSION: u8 = 1;
+const MECH_LEN: usize = std::mem::size_of::<CK_MECHANISM_TYPE>();
+
+/// A saved metaslot state, split: (provider name, mechanism, the provider's state).
+fn parse_state(state: &[u8]) -> CkResult<(&[u8], CK_MECHANISM_TYPE, &[u8])> {
+    let bad = CKR_SAVED_STATE_INVALID;
+    let (magic, rest) = state.split_first_chunk::<4>().ok_or(bad)?;
+    let (&[version, name_len], rest) = rest.split_first_chunk::<2>().ok_or(bad)?;
+    if magic != STATE_MAGIC || version != STATE_VERSION || rest.len() < name_len as usize {
+        return Err(bad);
+    }
+    let (name, rest) = rest.split_at(name_len as usize);
+    let (mech, inner) = rest.split_first_chunk::<MECH_LEN>().ok_or(bad)?;
+    Ok((name, CK_MECHANISM_TYPE::from_le_bytes(*mech), inner))
+}
 
 impl OpenCf {
     /// Locks a metaslot session's state.
@@ -99,6 +126,113 @@ impl OpenCf {
             }
             Ok(())
         })
+    }
+
+    /// `C_GetOperationState`. On the metaslot: the saved state of the session's digest, which
+    /// must be its only active operation (`CKR_STATE_UNSAVEABLE` otherwise, also when its
+    /// provider cannot save it).
+    pub fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
+        dispatch!(self, s, |p, h| p.get_operation_state(h, out), |m| {
+            let mut ms = self.lock(m);
+            let others = KINDS
+                .iter()
+                .any(|&k| k != OpKind::Digest && ms.ops[k as usize].is_some());
+            if others {
+                return Err(CKR_STATE_UNSAVEABLE);
+            }
+            let keystore = self.meta()?.keystore;
+            // The message-based operations are not routed: they run in the keystore session,
+            // which answers for them.
+            let ks_busy = || {
+                self.p(keystore)
+                    .get_operation_state(ms.ks, &mut OutBuf::new(None))
+                    == Err(CKR_STATE_UNSAVEABLE)
+            };
+            let Some(op) = &ms.ops[OpKind::Digest as usize] else {
+                return Err(if ks_busy() {
+                    CKR_STATE_UNSAVEABLE
+                } else {
+                    CKR_OPERATION_NOT_INITIALIZED
+                });
+            };
+            let mech = op.mech;
+            if op.bound.is_some_and(|b| b.prov != keystore) && ks_busy() {
+                return Err(CKR_STATE_UNSAVEABLE);
+            }
+            let b = self.meta_bound(&mut ms, OpKind::Digest)?;
+            let inner = two_call(|o| self.p(b.prov).get_operation_state(b.h, o))?;
+            let name = self.providers[b.prov].cfg.name.as_bytes();
+            let name_len = u8::try_from(name.len()).map_err(|_| CKR_STATE_UNSAVEABLE)?;
+            let mut state = Vec::with_capacity(6 + name.len() + MECH_LEN + inner.len());
+            state.extend_from_slice(STATE_MAGIC);
+            state.extend_from_slice(&[STATE_VERSION, name_len]);
+            state.extend_from_slice(name);
+            state.extend_from_slice(&mech.to_le_bytes());
+            state.extend_from_slice(&inner);
+            out.write(&state).map(|_| ())
+        })
+    }
+
+    /// `C_SetOperationState`. On the metaslot: a state [`OpenCf::get_operation_state`] saved
+    /// goes back to the provider that saved it, which checks its own part; the restored
+    /// digest replaces the session's, and the other operations stay as they are. Digests take
+    /// no key: the key handles are not looked at, as in the software token.
+    pub fn set_operation_state(
+        &self,
+        s: CK_SESSION_HANDLE,
+        state: &[u8],
+        e: CK_OBJECT_HANDLE,
+        a: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        dispatch!(self, s, |p, h| p.set_operation_state(h, state, e, a), |m| {
+            let (name, mech, inner) = parse_state(state)?;
+            let meta = self.meta()?;
+            let route = meta
+                .routes
+                .get(&mech)
+                .map(|r| &r[OpKind::Digest as usize])
+                .ok_or(CKR_SAVED_STATE_INVALID)?;
+            let (idx, prov) = route
+                .cands
+                .iter()
+                .enumerate()
+                .find(|(_, &p)| self.providers[p].cfg.name.as_bytes() == name)
+                .map(|(i, &p)| (i, p))
+                .ok_or(CKR_SAVED_STATE_INVALID)?;
+            let mut ms = self.lock(m);
+            let h = self.session_in(&mut ms, prov)?;
+            self.p(prov).set_operation_state(h, inner, 0, 0)?;
+            // The digest running elsewhere, if any, ends there (in the same session the
+            // provider has just replaced it).
+            if let Some(Op {
+                bound: Some(old), ..
+            }) = ms.ops[OpKind::Digest as usize].take()
+            {
+                if (old.prov, old.h) != (prov, h) {
+                    self.end_digest(old);
+                }
+            }
+            let counters = self.providers[prov]
+                .stats
+                .map(|st| ms.counters(prov, mech, st));
+            let b = Bound {
+                idx,
+                prov,
+                h,
+                ks: prov == meta.keystore,
+                counters,
+            };
+            ms.ops[OpKind::Digest as usize] = Some(Op::bound_to(mech, None, b));
+            Ok(())
+        })
+    }
+
+    /// Ends a digest where it runs: cancelled (3.0), or finished and its value dropped.
+    fn end_digest(&self, b: Bound) {
+        let p = self.p(b.prov);
+        if p.session_cancel(b.h, CKF_DIGEST).is_err() {
+            let _ = two_call(|o| p.digest_final(b.h, o));
+        }
     }
 
     /// `C_Login`.

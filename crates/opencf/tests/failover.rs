@@ -720,3 +720,64 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
     drop(b);
     p.finalize().unwrap();
 }
+
+/// A digest's saved state names the provider that ran it: restored in a session whose digest
+/// runs in another provider (the faulty one failing inits, so the software token took it), the
+/// state goes back to the faulty provider, the digest goes on there, and the one it replaced
+/// ends in the software token (a new digest can start there).
+#[test]
+fn a_saved_digest_goes_back_to_the_provider_that_saved_it() {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, switch) = load("state", "none");
+    let (a, b) = (
+        p.open_rw_session(slot0(&p)).unwrap(),
+        p.open_rw_session(slot0(&p)).unwrap(),
+    );
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let (ha, hb) = (a.handle(), b.handle());
+    let sha = opencf_abi::Mechanism::new(CKM_SHA256);
+    let final_of = |h| {
+        let mut d = [0u8; 32];
+        m.digest_final(h, &mut OutBuf::new(Some(&mut d)))
+            .map(|()| hex(&d))
+    };
+    let ops = |name| provider_stats(name)[0];
+
+    // Saved in the faulty provider, the first candidate.
+    m.digest_init(ha, &sha).unwrap();
+    m.digest_update(ha, b"a").unwrap();
+    let mut state = vec![0u8; 512];
+    let mut o = OutBuf::new(Some(&mut state));
+    m.get_operation_state(ha, &mut o).unwrap();
+    let n = o.len();
+    state.truncate(n);
+    assert_eq!(&state[6..6 + state[5] as usize], b"faulty");
+
+    // Session b digests in the software token while the faulty provider fails its inits.
+    std::fs::write(&switch, "device-error").unwrap();
+    m.digest_init(hb, &sha).unwrap();
+    m.digest_update(hb, b"something else").unwrap();
+    m.set_operation_state(hb, &state, 0, 0).unwrap();
+    std::fs::write(&switch, "none").unwrap();
+    let (f0, s0) = (ops("faulty"), ops("softtoken"));
+    m.digest_update(hb, b"bc").unwrap();
+    assert_eq!(final_of(hb).unwrap(), SHA256_ABC);
+    assert_eq!(
+        (ops("faulty") - f0, ops("softtoken") - s0),
+        (1, 0),
+        "the restored digest ran in the faulty provider"
+    );
+    // The replaced digest is over in the software token: a new one starts there.
+    std::fs::write(&switch, "device-error").unwrap();
+    m.digest_init(hb, &sha).unwrap();
+    m.digest_update(hb, b"abc").unwrap();
+    assert_eq!(final_of(hb).unwrap(), SHA256_ABC);
+    std::fs::write(&switch, "none").unwrap();
+    // Session a goes on as it was.
+    m.digest_update(ha, b"bc").unwrap();
+    assert_eq!(final_of(ha).unwrap(), SHA256_ABC);
+    drop((m, a, b));
+    p.finalize().unwrap();
+}

@@ -294,3 +294,215 @@ fn slot0_survives_one_session_shared_by_threads() {
     drop((m, s));
     p.finalize().unwrap();
 }
+
+/// Runs a two-call output function with a buffer of `cap` bytes; the bytes written.
+fn out_of(
+    cap: usize,
+    f: impl FnOnce(&mut opencf_abi::OutBuf) -> opencf_abi::CkResult<()>,
+) -> opencf_abi::CkResult<Vec<u8>> {
+    let mut buf = vec![0u8; cap];
+    let mut o = opencf_abi::OutBuf::new(Some(&mut buf));
+    f(&mut o)?;
+    let n = o.len();
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The saved state of a digest through slot 0: restored in another session it goes on where
+/// it stopped; restored in the same session it replaces the digest under way; a state that is
+/// not one slot 0 saved, or was damaged, is `CKR_SAVED_STATE_INVALID`; with another operation
+/// active, or a digest the token cannot save (SHA-3), it is `CKR_STATE_UNSAVEABLE`.
+#[test]
+fn slot0_saves_and_restores_a_digest() {
+    use opencf_abi::sys::*;
+    use opencf_abi::{MechParam, OutBuf};
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let data = b"a message digested in two sessions";
+    let (p, s, key, m) = raw_setup("state");
+    let s2 = slot0_session(&p);
+    let (h, h2) = (s.handle(), s2.handle());
+    let whole = s.digest(&Mechanism::Sha256, data).unwrap();
+    let sha = |t| opencf_abi::Mechanism::new(t);
+    let state_of = |h| {
+        let mut q = OutBuf::new(None);
+        m.get_operation_state(h, &mut q)?;
+        let n = q.len();
+        let st = out_of(n, |o| m.get_operation_state(h, o))?;
+        assert_eq!(st.len(), n, "the size query's length");
+        Ok::<_, CK_RV>(st)
+    };
+
+    assert_eq!(state_of(h), Err(CKR_OPERATION_NOT_INITIALIZED));
+    m.digest_init(h, &sha(CKM_SHA256)).unwrap();
+    m.digest_update(h, &data[..9]).unwrap();
+    let state = state_of(h).unwrap();
+    assert_eq!(&state[..4], b"OCFM");
+    assert_eq!(
+        &state[6..6 + state[5] as usize],
+        b"softtoken",
+        "the provider's name"
+    );
+    let mut small = [0u8; 8];
+    assert_eq!(
+        m.get_operation_state(h, &mut OutBuf::new(Some(&mut small))),
+        Err(CKR_BUFFER_TOO_SMALL)
+    );
+
+    // Another session goes on from the saved state; the first one too, on its own.
+    m.set_operation_state(h2, &state, 0, 0).unwrap();
+    m.digest_update(h2, &data[9..]).unwrap();
+    assert_eq!(out_of(64, |o| m.digest_final(h2, o)).unwrap(), whole);
+    m.digest_update(h, &data[9..]).unwrap();
+    assert_eq!(out_of(64, |o| m.digest_final(h, o)).unwrap(), whole);
+
+    // Restored over a digest under way: it replaces it. C_Digest may not follow (a digest
+    // under way), as after C_DigestUpdate.
+    m.digest_init(h, &sha(CKM_SHA512)).unwrap();
+    m.digest_update(h, b"something else").unwrap();
+    m.set_operation_state(h, &state, 0, 0).unwrap();
+    m.digest_update(h, &data[9..]).unwrap();
+    assert_eq!(out_of(64, |o| m.digest_final(h, o)).unwrap(), whole);
+    m.set_operation_state(h, &state, 0, 0).unwrap();
+    assert_eq!(
+        out_of(64, |o| m.digest(h, &data[9..], o)),
+        Err(CKR_OPERATION_ACTIVE)
+    );
+
+    // Damaged or foreign states; the session keeps no digest from them.
+    let mut flipped = state.clone();
+    flipped[0] ^= 1;
+    let mut renamed = state.clone();
+    renamed[6] = b'S';
+    let token_only = state[6 + state[5] as usize + 8..].to_vec();
+    for (what, bad) in [
+        ("empty", Vec::new()),
+        ("truncated", state[..state.len() - 3].to_vec()),
+        ("header only", state[..6].to_vec()),
+        ("magic", flipped),
+        ("provider name", renamed),
+        ("the token's own state", token_only),
+    ] {
+        assert_eq!(
+            m.set_operation_state(h2, &bad, 0, 0),
+            Err(CKR_SAVED_STATE_INVALID),
+            "{what}"
+        );
+        assert_eq!(
+            m.digest_update(h2, b"x"),
+            Err(CKR_OPERATION_NOT_INITIALIZED),
+            "{what}"
+        );
+    }
+
+    // Not saveable: another operation active, or SHA-3.
+    m.digest_init(h2, &sha(CKM_SHA256)).unwrap();
+    let cbc = opencf_abi::Mechanism {
+        mechanism: CKM_AES_CBC,
+        param: MechParam::Bytes(vec![0; 16]),
+    };
+    m.encrypt_init(h2, &cbc, key.handle()).unwrap();
+    assert_eq!(state_of(h2), Err(CKR_STATE_UNSAVEABLE));
+    out_of(64, |o| m.encrypt(h2, &[0; 16], o)).unwrap();
+    assert!(state_of(h2).is_ok(), "the digest alone again");
+    out_of(64, |o| m.digest_final(h2, o)).unwrap();
+    m.digest_init(h2, &sha(CKM_SHA3_256)).unwrap();
+    assert_eq!(state_of(h2), Err(CKR_STATE_UNSAVEABLE));
+    drop((m, s, s2));
+    p.finalize().unwrap();
+}
+
+/// `C_DigestEncryptUpdate`, `C_DecryptDigestUpdate`, `C_SignEncryptUpdate` and
+/// `C_DecryptVerifyUpdate` through slot 0 give what the two operations give one after the
+/// other; a size query and a buffer too small leave both operations as they were; without both
+/// operations active the call is `CKR_OPERATION_NOT_INITIALIZED`.
+#[test]
+fn slot0_dual_function_updates() {
+    use cryptoki::object::{KeyType, ObjectClass};
+    use opencf_abi::sys::*;
+    use opencf_abi::{MechParam, OutBuf};
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let data = b"thirty-two bytes of plain text!!";
+    let iv = [7u8; 16];
+    let (p, s, key, m) = raw_setup("dual");
+    let mac_key = s
+        .create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::GENERIC_SECRET),
+            Attribute::Value(vec![5; 32]),
+            Attribute::Private(false),
+            Attribute::Sign(true),
+            Attribute::Verify(true),
+        ])
+        .unwrap();
+    let cipher = s.encrypt(&Mechanism::AesCbc(iv), key, data).unwrap();
+    let digest = s.digest(&Mechanism::Sha256, data).unwrap();
+    let mac = s.sign(&Mechanism::Sha256Hmac, mac_key, data).unwrap();
+    let (h, k, mk) = (s.handle(), key.handle(), mac_key.handle());
+    let cbc = opencf_abi::Mechanism {
+        mechanism: CKM_AES_CBC,
+        param: MechParam::Bytes(iv.to_vec()),
+    };
+    let sha = opencf_abi::Mechanism::new(CKM_SHA256);
+    let hmac = opencf_abi::Mechanism::new(CKM_SHA256_HMAC);
+
+    // Neither, then only one of the two operations.
+    assert_eq!(
+        out_of(64, |o| m.digest_encrypt_update(h, data, o)),
+        Err(CKR_OPERATION_NOT_INITIALIZED)
+    );
+    m.digest_init(h, &sha).unwrap();
+    assert_eq!(
+        out_of(64, |o| m.digest_encrypt_update(h, data, o)),
+        Err(CKR_OPERATION_NOT_INITIALIZED)
+    );
+
+    // Digest and encrypt, in two parts, after a size query and a buffer too small.
+    m.encrypt_init(h, &cbc, k).unwrap();
+    let mut q = OutBuf::new(None);
+    m.digest_encrypt_update(h, &data[..16], &mut q).unwrap();
+    assert_eq!(q.len(), 16, "size query");
+    assert_eq!(
+        out_of(4, |o| m.digest_encrypt_update(h, &data[..16], o)),
+        Err(CKR_BUFFER_TOO_SMALL)
+    );
+    let mut got = out_of(64, |o| m.digest_encrypt_update(h, &data[..16], o)).unwrap();
+    got.extend(out_of(64, |o| m.digest_encrypt_update(h, &data[16..], o)).unwrap());
+    got.extend(out_of(64, |o| m.encrypt_final(h, o)).unwrap());
+    assert_eq!(got, cipher, "C_DigestEncryptUpdate: the ciphertext");
+    assert_eq!(
+        out_of(64, |o| m.digest_final(h, o)).unwrap(),
+        digest,
+        "C_DigestEncryptUpdate: the digest of the plaintext"
+    );
+
+    // Decrypt and digest.
+    m.decrypt_init(h, &cbc, k).unwrap();
+    m.digest_init(h, &sha).unwrap();
+    let mut plain = out_of(64, |o| m.decrypt_digest_update(h, &cipher[..20], o)).unwrap();
+    plain.extend(out_of(64, |o| m.decrypt_digest_update(h, &cipher[20..], o)).unwrap());
+    plain.extend(out_of(64, |o| m.decrypt_final(h, o)).unwrap());
+    assert_eq!(plain, data);
+    assert_eq!(out_of(64, |o| m.digest_final(h, o)).unwrap(), digest);
+
+    // Sign and encrypt.
+    m.sign_init(h, &hmac, mk).unwrap();
+    m.encrypt_init(h, &cbc, k).unwrap();
+    let mut got = out_of(64, |o| m.sign_encrypt_update(h, &data[..5], o)).unwrap();
+    got.extend(out_of(64, |o| m.sign_encrypt_update(h, &data[5..], o)).unwrap());
+    got.extend(out_of(64, |o| m.encrypt_final(h, o)).unwrap());
+    assert_eq!(got, cipher);
+    assert_eq!(out_of(64, |o| m.sign_final(h, o)).unwrap(), mac);
+
+    // Decrypt and verify; a wrong MAC is refused.
+    for (good, tag) in [(true, mac.clone()), (false, vec![0u8; 32])] {
+        m.decrypt_init(h, &cbc, k).unwrap();
+        m.verify_init(h, &hmac, mk).unwrap();
+        let mut plain = out_of(64, |o| m.decrypt_verify_update(h, &cipher, o)).unwrap();
+        plain.extend(out_of(64, |o| m.decrypt_final(h, o)).unwrap());
+        assert_eq!(plain, data);
+        let r = m.verify_final(h, &tag);
+        assert_eq!(r.is_ok(), good, "{r:?}");
+    }
+    drop((m, s));
+    p.finalize().unwrap();
+}

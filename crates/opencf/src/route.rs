@@ -928,6 +928,10 @@ impl OpenCf {
         if op.bound.is_none() {
             self.bind(ms, kind, &mut op, ALL, None)?;
         }
+        // The provider has seen a multi-part step: the operation stays with it, and a later
+        // single-part call gets its answer (`CKR_OPERATION_ACTIVE` from a provider that
+        // refuses one after an update) instead of moving to a candidate that starts afresh.
+        op.eager = false;
         let b = op.bound.expect("bound");
         let r = f(self.p(b.prov), b.h);
         op.bytes += len as u64;

@@ -781,3 +781,47 @@ fn a_saved_digest_goes_back_to_the_provider_that_saved_it() {
     drop((m, a, b));
     p.finalize().unwrap();
 }
+
+/// An operation bound at init for small inputs stays where it is once a multi-part step has
+/// run there: a large single-part call then gets that provider's answer (the software token
+/// refuses `C_Encrypt` after `C_EncryptUpdate`), not a fresh operation in the candidate whose
+/// threshold the input reaches.
+#[test]
+fn a_multi_part_step_keeps_the_operation_where_it_runs() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf(
+        "multipart",
+        "none",
+        true,
+        "[provider.policy.CKM_AES_ECB]\nmin_bytes = 64",
+    );
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let k = make_keys(&s);
+    let ops = |name| provider_stats(name)[0];
+    let f0 = ops("faulty");
+    s.encrypt_init(&Mechanism::AesEcb, k.aes).unwrap();
+    assert_eq!(s.encrypt_update(&[1u8; 16]).unwrap().len(), 16);
+    // cryptoki's `encrypt` would init again: the single-part call through the raw table.
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let mut out = [0u8; 256];
+    let r = m.encrypt(
+        s.handle(),
+        &[2u8; 128],
+        &mut opencf_abi::OutBuf::new(Some(&mut out)),
+    );
+    assert_eq!(r, Err(opencf_abi::sys::CKR_OPERATION_ACTIVE));
+    assert_eq!(ops("faulty"), f0, "nothing ran in the faulty provider");
+    // The refusal ended the operation, as in the token.
+    assert!(s.encrypt_final().is_err());
+    // A new operation still moves for a large input.
+    let c = s.encrypt(&Mechanism::AesEcb, k.aes, &[2u8; 128]).unwrap();
+    assert_eq!(c.len(), 128);
+    assert_eq!(
+        ops("faulty"),
+        f0 + 1,
+        "the large input ran in the faulty provider"
+    );
+    drop((m, s));
+    p.finalize().unwrap();
+}

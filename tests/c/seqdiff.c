@@ -3,7 +3,7 @@
  *
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
- * parameters, operation state, cancellation) runs twice, each time in a child process with a
+ * parameters, dual-function updates, saved operation state, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
  * wrote back); the parent compares the two traces line by line and reports the first line
@@ -145,7 +145,7 @@ static void fill_input(size_t n)
 
 static CK_ULONG pick_len(void)
 {
-    switch (below(25)) {
+    switch (below(26)) {
     case 0: case 1: case 2: case 3: case 4: case 5: return 0;
     case 6: case 7: case 8: case 9: case 10: case 11: return 16 * below(5);
     case 12: case 13: case 14: case 15: case 16: case 17: return below(100);
@@ -587,6 +587,132 @@ static void do_sign(int verify)
     }
 }
 
+/* The dual-function updates: the cipher step and the digest, signature or verification of the
+ * plaintext, with whatever operations the session has active. */
+static void do_dual(void)
+{
+    static const char *nm[] = { "DigestEncryptUpdate", "DecryptDigestUpdate", "SignEncryptUpdate",
+                                "DecryptVerifyUpdate" };
+    update_fn fns[4] = { F->C_DigestEncryptUpdate, F->C_DecryptDigestUpdate,
+                         F->C_SignEncryptUpdate, F->C_DecryptVerifyUpdate };
+    unsigned i = below(4);
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG olen, dlen;
+    CK_BYTE *o;
+    if (chance(20)) {
+        /* both inits the function needs, with a new AES key that allows them */
+        static CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+        static CK_KEY_TYPE kt = CKK_AES;
+        static CK_BYTE value[16];
+        CK_ATTRIBUTE t[] = { { CKA_CLASS, &cls, sizeof cls }, { CKA_KEY_TYPE, &kt, sizeof kt },
+                             { CKA_VALUE, value, sizeof value },  BOOL(CKA_ENCRYPT, &T),
+                             BOOL(CKA_DECRYPT, &T), BOOL(CKA_SIGN, &T), BOOL(CKA_VERIFY, &T) };
+        CK_MECHANISM m = { CKM_AES_CTR, NULL, 0 }, m2 = { CKM_AES_CMAC, NULL, 0 };
+        static CK_AES_CTR_PARAMS ctr;
+        CK_OBJECT_HANDLE k = 0;
+        CK_RV rv;
+        fill(value, sizeof value);
+        rv = F->C_CreateObject(s, t, sizeof t / sizeof t[0], &k);
+        out(rv, "C_CreateObject(dual)");
+        if (rv != CKR_OK)
+            return;
+        keep_obj(k);
+        switch (below(3)) {
+        case 0: m.mechanism = CKM_AES_ECB; break;
+        case 1: m.mechanism = CKM_AES_CBC_PAD; m.pParameter = iv; m.ulParameterLen = 16; break;
+        default:
+            ctr.ulCounterBits = 128;
+            memcpy(ctr.cb, iv, 16);
+            m.pParameter = &ctr;
+            m.ulParameterLen = sizeof ctr;
+            break;
+        }
+        rv = (i == 1 || i == 3 ? F->C_DecryptInit : F->C_EncryptInit)(s, &m, k);
+        out(rv, "C_%sInit(dual,%lx)", i == 1 || i == 3 ? "Decrypt" : "Encrypt",
+            (unsigned long)m.mechanism);
+        if (i < 2) {
+            m2.mechanism = chance(50) ? CKM_SHA256 : CKM_SHA_1;
+            rv = F->C_DigestInit(s, &m2);
+        } else {
+            m2.mechanism = chance(70) ? CKM_AES_CMAC : CKM_AES_ECB;
+            rv = (i == 2 ? F->C_SignInit : F->C_VerifyInit)(s, &m2, k);
+        }
+        out(rv, "second init(dual,%lx)", (unsigned long)m2.mechanism);
+        for (rv = below(4); rv > 0; rv--) {
+            dlen = next_input();
+            o = pick_out(&olen);
+            out(fns[i](s, data, dlen, o, &olen), "   + C_%s(%lu,out=%d) len=%lu", nm[i], dlen,
+                o != NULL, olen);
+        }
+        return;
+    }
+    if (chance(40)) {
+        /* one of the two inits the function needs */
+        int dec = i == 1 || i == 3;
+        CK_MECHANISM *m;
+        if (chance(50)) {
+            m = pick_mech(0);
+            out((dec ? F->C_DecryptInit : F->C_EncryptInit)(s, m, pick_obj()), "C_%sInit(%lx)",
+                dec ? "Decrypt" : "Encrypt", m ? (unsigned long)m->mechanism : 0UL);
+        } else if (i < 2) {
+            m = pick_mech(1);
+            out(F->C_DigestInit(s, m), "C_DigestInit(%lx)", m ? (unsigned long)m->mechanism : 0UL);
+        } else {
+            m = pick_mech(2);
+            out((i == 2 ? F->C_SignInit : F->C_VerifyInit)(s, m, pick_obj()), "C_%sInit(%lx)",
+                i == 2 ? "Sign" : "Verify", m ? (unsigned long)m->mechanism : 0UL);
+        }
+        return;
+    }
+    dlen = next_input();
+    o = pick_out(&olen);
+    out(fns[i](s, data, dlen, o, &olen), "C_%s(%lu,out=%d) len=%lu", nm[i], dlen, o != NULL, olen);
+}
+
+/* C_GetOperationState, and C_SetOperationState of the last state saved (as saved, truncated,
+ * with its first byte changed) or of noise.  The length of a saved state is not traced: slot 0
+ * puts the name of the provider running the digest in front of the token's state. */
+static CK_BYTE saved[4096];
+static CK_ULONG saved_len;
+static void do_state(void)
+{
+    static CK_BYTE st[sizeof saved];
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG n = saved_len;
+    const char *what = "as saved";
+    CK_RV rv;
+    if (chance(50)) {
+        CK_BYTE *o = chance(30) ? NULL : saved;
+        int small = o && chance(20);
+        n = o ? (small ? below(8) : sizeof saved) : 0;
+        rv = F->C_GetOperationState(s, o, &n);
+        out(rv, "C_GetOperationState(out=%d,small=%d)", o != NULL, small);
+        if (rv == CKR_OK && o)
+            saved_len = n;
+        return;
+    }
+    memcpy(st, saved, n);
+    switch (below(5)) {
+    case 0:
+        n = n > 4 ? n - 1 - below(4) : 0;
+        what = "truncated";
+        break;
+    case 1:
+        st[0] ^= 1;
+        what = "first byte changed";
+        break;
+    case 2:
+        n = below(64);
+        fill(st, n);
+        what = "noise";
+        break;
+    default:
+        break;
+    }
+    rv = F->C_SetOperationState(s, st, n, chance(10) ? pick_obj() : 0, 0);
+    out(rv, "C_SetOperationState(%s)", what);
+}
+
 /* Message-based encryption (PKCS#11 3.0): C_MessageEncryptInit/C_MessageDecryptInit with
  * AES-GCM, single-part messages with per-message parameters, and the finals. (The software
  * token has no multi-part messages, C_*MessageBegin/Next: it answers CKR_FUNCTION_NOT_SUPPORTED
@@ -799,7 +925,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
     rng_state = seed;
     for (i = 0; i < steps; i++) {
         fprintf(trace, "%4d ", i);
-        switch (below(23)) {
+        switch (below(26)) {
         case 0: do_open(); break;
         case 1: if (chance(15)) do_close(); else do_open(); break;
         case 2: do_login(); break;
@@ -816,6 +942,8 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
         case 19: do_session_misc(); break;
         case 20: do_keypair(); break;
         case 21: do_message(); break;
+        case 22: case 24: do_dual(); break;
+        case 23: do_state(); break;
         default: do_wrap(); break;
         }
         fflush(trace);

@@ -29,6 +29,32 @@ impl OpenCf {
         }
     }
 
+    /// Destroys the clones whose original the keystore no longer has, as the framework's own
+    /// keystore session sees it: a session object gone with the session that owned it, a
+    /// private object after `C_Logout`. Called when a metaslot session closes or logs out,
+    /// so that no copy of such a key stays in another provider (a clone is used only while
+    /// its original is within reach, `route::check_key`, but it kept the key's material).
+    pub fn sweep_clones(&self) {
+        if self.clones.is_empty() {
+            return;
+        }
+        let Ok(meta) = self.meta() else {
+            return;
+        };
+        let ks = &self.providers[meta.keystore];
+        let Ok(h) = ks.internal_session() else {
+            return;
+        };
+        let gone = self.clones.sweep(|k| {
+            ks.p.get_attribute_value(h, k, &[CKA_CLASS]) == Err(CKR_OBJECT_HANDLE_INVALID)
+        });
+        for (prov, c) in gone {
+            if let Ok(s) = self.providers[prov].internal_session() {
+                let _ = self.p(prov).destroy_object(s, c);
+            }
+        }
+    }
+
     /// `C_CreateObject`.
     pub fn create_object(
         &self,

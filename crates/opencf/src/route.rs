@@ -60,6 +60,39 @@ impl CloneCache {
             .get(&(key, prov))
             .copied()
     }
+    /// No clone is cached.
+    pub fn is_empty(&self) -> bool {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+    /// Removes the clones whose original `gone` says no longer exists, returning (provider,
+    /// clone handle) pairs to destroy. `gone` runs without the cache locked.
+    pub fn sweep(
+        &self,
+        mut gone: impl FnMut(CK_OBJECT_HANDLE) -> bool,
+    ) -> Vec<(usize, CK_OBJECT_HANDLE)> {
+        let all: Vec<_> = self
+            .map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&(k, p), &h)| (k, p, h))
+            .collect();
+        let mut dead = Vec::new();
+        let mut checked: HashMap<CK_OBJECT_HANDLE, bool> = HashMap::new();
+        for (k, p, h) in all {
+            if *checked.entry(k).or_insert_with(|| gone(k)) {
+                dead.push((k, p, h));
+            }
+        }
+        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        dead.into_iter()
+            .filter(|&(k, p, h)| m.get(&(k, p)) == Some(&h) && m.remove(&(k, p)).is_some())
+            .map(|(_, p, h)| (p, h))
+            .collect()
+    }
     /// Removes every clone of `key`, returning (provider, clone handle) pairs to destroy.
     pub fn forget(&self, key: CK_OBJECT_HANDLE) -> Vec<(usize, CK_OBJECT_HANDLE)> {
         let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());

@@ -67,7 +67,10 @@ impl OpenCf {
                 for (p, h) in &ms.others {
                     let _ = self.p(*p).close_session(*h);
                 }
-                self.p(self.meta()?.keystore).close_session(ms.ks)
+                let r = self.p(self.meta()?.keystore).close_session(ms.ks);
+                drop(ms);
+                self.sweep_clones();
+                r
             }
         }
     }
@@ -247,7 +250,9 @@ impl OpenCf {
     pub fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.logout(h), |m| {
             let ks = self.lock(m).ks;
-            self.p(self.meta()?.keystore).logout(ks)
+            self.p(self.meta()?.keystore).logout(ks)?;
+            self.sweep_clones();
+            Ok(())
         })
     }
 

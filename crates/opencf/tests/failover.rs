@@ -387,8 +387,10 @@ fn no_fault_runs_in_first_provider() {
 }
 
 /// A sensitive, non-extractable RSA token key made through slot 0 (so held by the keystore),
-/// signed with through slot 0 (the signature verified). Returns the public key's modulus.
-fn sign_with_unextractable_rsa(p: &Pkcs11) -> Vec<u8> {
+/// signed with through slot 0 (the signature verified). Returns the public key's modulus and
+/// the session, logged in (closing the last session logs the user out, which destroys the
+/// clones of private keys).
+fn sign_with_unextractable_rsa(p: &Pkcs11) -> (Vec<u8>, Session) {
     let s = p.open_rw_session(slot0(p)).unwrap();
     login(&s);
     let (public, private) = s
@@ -464,7 +466,7 @@ fn sign_with_unextractable_rsa(p: &Pkcs11) -> Vec<u8> {
     assert_eq!(pubs.len(), 1, "the public key is in the keystore");
     soft.verify(&Mechanism::Sha256RsaPkcs, pubs[0], &data, &sig)
         .expect("the slot-0 signature verifies");
-    modulus
+    (modulus, s)
 }
 
 /// The RSA private keys in the faulty provider's own slot, with their protection flags.
@@ -516,12 +518,15 @@ fn rsa_clones_in_faulty(p: &Pkcs11, modulus: &[u8]) -> Vec<(bool, bool)> {
 fn unextractable_key_migrates_when_allowed() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let (p, _switch) = load_with("migrate", "none", true);
-    let modulus = sign_with_unextractable_rsa(&p);
+    let (modulus, s) = sign_with_unextractable_rsa(&p);
     assert_eq!(
         rsa_clones_in_faulty(&p, &modulus),
         vec![(true, false)],
         "one sensitive, non-extractable clone in the provider that signed"
     );
+    // Closing the last session logs the user out: the clone of the private key goes.
+    drop(s);
+    assert!(rsa_clones_in_faulty(&p, &modulus).is_empty());
     p.finalize().unwrap();
 }
 
@@ -531,11 +536,12 @@ fn unextractable_key_migrates_when_allowed() {
 fn unextractable_key_stays_without_migration() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let (p, _switch) = load_with("nomigrate", "none", false);
-    let modulus = sign_with_unextractable_rsa(&p);
+    let (modulus, s) = sign_with_unextractable_rsa(&p);
     assert!(
         rsa_clones_in_faulty(&p, &modulus).is_empty(),
         "no clone outside the keystore"
     );
+    drop(s);
     p.finalize().unwrap();
 }
 
@@ -673,18 +679,7 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
     let a = p.open_rw_session(slot0(&p)).unwrap();
     login(&a);
     let b = p.open_rw_session(slot0(&p)).unwrap();
-    let aes_in = |s: &Session, private: bool| {
-        s.generate_key(
-            &Mechanism::AesKeyGen,
-            &[
-                Attribute::ValueLen(16.into()),
-                Attribute::Token(false),
-                Attribute::Private(private),
-                Attribute::Encrypt(true),
-            ],
-        )
-        .unwrap()
-    };
+    let aes_in = |s: &Session, private: bool| aes_128(s, false, private);
     let block = [3u8; 16];
     let refused = |s: &Session, k: ObjectHandle| match s.encrypt(&Mechanism::AesEcb, k, &block) {
         Err(Error::Pkcs11(rv, _)) => rv,
@@ -699,6 +694,11 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
     assert_eq!(b.encrypt(&Mechanism::AesEcb, k, &block).unwrap(), first);
     drop(a);
     assert_eq!(
+        secret_keys_in_faulty(&p),
+        clones,
+        "the clone is destroyed with the session that owned the key"
+    );
+    assert_eq!(
         refused(&b, k),
         RvError::KeyHandleInvalid,
         "its session closed"
@@ -706,7 +706,13 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
     // A private session key: destroyed by C_Logout, and still refused after a new login.
     let k = aes_in(&b, true);
     let first = b.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    assert_eq!(secret_keys_in_faulty(&p), clones + 1, "the clone");
     b.logout().unwrap();
+    assert_eq!(
+        secret_keys_in_faulty(&p),
+        clones,
+        "the clone is destroyed at C_Logout"
+    );
     assert_eq!(refused(&b, k), RvError::KeyHandleInvalid, "logged out");
     b.login(UserType::User, Some(&AuthPin::from(USER_PIN.to_string())))
         .unwrap();
@@ -718,6 +724,50 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
     let k = aes_in(&b, true);
     assert_ne!(b.encrypt(&Mechanism::AesEcb, k, &block).unwrap(), first);
     drop(b);
+    p.finalize().unwrap();
+}
+
+/// A new AES-128 encryption key through `s`.
+fn aes_128(s: &Session, token: bool, private: bool) -> ObjectHandle {
+    s.generate_key(
+        &Mechanism::AesKeyGen,
+        &[
+            Attribute::ValueLen(16.into()),
+            Attribute::Token(token),
+            Attribute::Private(private),
+            Attribute::Encrypt(true),
+        ],
+    )
+    .unwrap()
+}
+
+/// A clone of a private token key is destroyed at `C_Logout` (no copy of the key's material
+/// stays in another provider while the user is logged out) and made again when the key is
+/// used after the next login; a clone of a public token key stays.
+#[test]
+fn logout_destroys_the_clones_of_private_keys() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("logout", "none", true, "");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let (private, public) = (aes_128(&s, true, true), aes_128(&s, true, false));
+    let block = [5u8; 16];
+    let clones = secret_keys_in_faulty(&p);
+    let c1 = s.encrypt(&Mechanism::AesEcb, private, &block).unwrap();
+    let c2 = s.encrypt(&Mechanism::AesEcb, public, &block).unwrap();
+    assert_eq!(secret_keys_in_faulty(&p), clones + 2, "two clones");
+    s.logout().unwrap();
+    assert_eq!(
+        secret_keys_in_faulty(&p),
+        clones + 1,
+        "the private key's clone is gone"
+    );
+    assert_eq!(s.encrypt(&Mechanism::AesEcb, public, &block).unwrap(), c2);
+    s.login(UserType::User, Some(&AuthPin::from(USER_PIN.to_string())))
+        .unwrap();
+    assert_eq!(s.encrypt(&Mechanism::AesEcb, private, &block).unwrap(), c1);
+    assert_eq!(secret_keys_in_faulty(&p), clones + 2, "cloned again");
+    drop(s);
     p.finalize().unwrap();
 }
 

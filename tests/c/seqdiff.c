@@ -3,7 +3,8 @@
  *
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
- * parameters, dual-function updates, saved operation state, cancellation) runs twice, each time in a child process with a
+ * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
+ * ECDH derivation, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
  * wrote back); the parent compares the two traces line by line and reports the first line
@@ -34,6 +35,7 @@
 
 static CK_FUNCTION_LIST *F;
 static CK_FUNCTION_LIST_3_0 *F3; /* NULL: no 3.0 interface */
+static CK_FUNCTION_LIST_3_2 *F32; /* NULL: no 3.2 interface */
 static CK_SLOT_ID the_slot;
 static FILE *trace;
 
@@ -145,7 +147,7 @@ static void fill_input(size_t n)
 
 static CK_ULONG pick_len(void)
 {
-    switch (below(26)) {
+    switch (below(25)) {
     case 0: case 1: case 2: case 3: case 4: case 5: return 0;
     case 6: case 7: case 8: case 9: case 10: case 11: return 16 * below(5);
     case 12: case 13: case 14: case 15: case 16: case 17: return below(100);
@@ -587,6 +589,162 @@ static void do_sign(int verify)
     }
 }
 
+/* Signing with recovery and verifying with recovery (RSA-2048 keys, raw and PKCS #1 v1.5). */
+static void do_recover(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    int verify = chance(50);
+    CK_ULONG olen, dlen;
+    CK_BYTE *o;
+    if (chance(6)) {
+        /* a key pair made for it, then a signature with recovery and its recovery */
+        static CK_ULONG bits = 2048;
+        static CK_BYTE e[] = { 1, 0, 1 };
+        CK_MECHANISM gen = { CKM_RSA_PKCS_KEY_PAIR_GEN, NULL, 0 };
+        CK_MECHANISM m = { chance(50) ? CKM_RSA_PKCS : CKM_RSA_X_509, NULL, 0 };
+        CK_ATTRIBUTE pub[] = { { CKA_MODULUS_BITS, &bits, sizeof bits },
+                               { CKA_PUBLIC_EXPONENT, e, sizeof e },
+                               BOOL(CKA_VERIFY_RECOVER, &T) };
+        CK_ATTRIBUTE priv[] = { BOOL(CKA_SIGN_RECOVER, &T), BOOL(CKA_PRIVATE, &Fa) };
+        CK_OBJECT_HANDLE hp = 0, hv = 0;
+        CK_BYTE sig[512];
+        CK_ULONG slen = sizeof sig;
+        CK_RV rv = F->C_GenerateKeyPair(s, &gen, pub, 3, priv, 2, &hp, &hv);
+        out(rv, "C_GenerateKeyPair(recover)");
+        if (rv != CKR_OK)
+            return;
+        keep_obj(hp);
+        keep_obj(hv);
+        out(F->C_SignRecoverInit(s, &m, hv), "C_SignRecoverInit(recover,%lx)",
+            (unsigned long)m.mechanism);
+        dlen = m.mechanism == CKM_RSA_X_509 || chance(20) ? 256 : below(250);
+        fill_input(dlen);
+        data[0] = 0;
+        rv = F->C_SignRecover(s, data, dlen, sig, &slen);
+        out(rv, "C_SignRecover(recover,%lu) len=%lu", dlen, slen);
+        out(F->C_VerifyRecoverInit(s, &m, hp), "C_VerifyRecoverInit(recover,%lx)",
+            (unsigned long)m.mechanism);
+        if (rv == CKR_OK && chance(20))
+            sig[below(slen)] ^= 1;
+        o = pick_out(&olen);
+        out(F->C_VerifyRecover(s, sig, rv == CKR_OK ? slen : 256, o, &olen),
+            "C_VerifyRecover(recover,out=%d) len=%lu", o != NULL, olen);
+        return;
+    }
+    if (chance(40)) {
+        CK_MECHANISM m = { chance(50) ? CKM_RSA_PKCS : CKM_RSA_X_509, NULL, 0 };
+        if (chance(5))
+            m.mechanism = CKM_SHA256_RSA_PKCS; /* not a recovery mechanism */
+        CK_RV rv = verify ? F->C_VerifyRecoverInit(s, &m, pick_obj())
+                          : F->C_SignRecoverInit(s, &m, pick_obj());
+        out(rv, "C_%sRecoverInit(%lx)", verify ? "Verify" : "Sign", (unsigned long)m.mechanism);
+        return;
+    }
+    o = pick_out(&olen);
+    if (verify) {
+        dlen = next_signature();
+        out(F->C_VerifyRecover(s, buf2, dlen, o, &olen), "C_VerifyRecover(%lu,out=%d) len=%lu",
+            dlen, o != NULL, olen);
+    } else {
+        dlen = chance(30) ? 256 : below(300);
+        fill_input(dlen);
+        if (dlen == 256)
+            data[0] = 0;
+        out(F->C_SignRecover(s, data, dlen, o, &olen), "C_SignRecover(%lu,out=%d) len=%lu", dlen,
+            o != NULL, olen);
+    }
+}
+
+/* C_VerifySignature* (PKCS#11 3.2): the signature given at init (noise, or of a length that
+ * fits), then single-part or multi-part data. */
+static void do_verify_signature(void)
+{
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG dlen;
+    if (!F32)
+        return;
+    switch (chance(40) ? 0 : 1 + below(3)) {
+    case 0: {
+        CK_MECHANISM *m = pick_mech(2);
+        CK_ULONG slen = next_signature();
+        out(F32->C_VerifySignatureInit(s, m, pick_obj(), buf2, slen),
+            "C_VerifySignatureInit(%lx,%lu)", m ? (unsigned long)m->mechanism : 0UL, slen);
+        break;
+    }
+    case 1:
+        dlen = next_input();
+        out(F32->C_VerifySignature(s, data, dlen), "C_VerifySignature(%lu)", dlen);
+        break;
+    case 2:
+        dlen = next_input();
+        out(F32->C_VerifySignatureUpdate(s, data, dlen), "C_VerifySignatureUpdate(%lu)", dlen);
+        break;
+    default:
+        out(F32->C_VerifySignatureFinal(s), "C_VerifySignatureFinal");
+        break;
+    }
+}
+
+/* C_DeriveKey with ECDH on P-256: the peer's point is a public key's CKA_EC_POINT of this run
+ * (read, not traced: its value differs between the runs, its length does not) or noise. */
+static void do_derive(void)
+{
+    static CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+    static CK_KEY_TYPE kt = CKK_AES;
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_BYTE point[80];
+    CK_ATTRIBUTE a = { CKA_EC_POINT, point, sizeof point };
+    CK_ECDH1_DERIVE_PARAMS p;
+    CK_MECHANISM m = { CKM_ECDH1_DERIVE, &p, sizeof p };
+    CK_ULONG len = chance(85) ? 16 + 16 * below(2) : below(40);
+    CK_ATTRIBUTE t[5];
+    int n = 0, from_key = 0;
+    CK_OBJECT_HANDLE peer = pick_obj(), base = pick_obj(), h = 0;
+    CK_RV rv;
+    if (chance(30)) {
+        /* a P-256 pair that may derive, its public key the peer */
+        static const CK_BYTE p256[] = { 0x06, 0x08, 0x2a, 0x86, 0x48,
+                                        0xce, 0x3d, 0x03, 0x01, 0x07 };
+        CK_MECHANISM gen = { CKM_EC_KEY_PAIR_GEN, NULL, 0 };
+        CK_ATTRIBUTE pub[] = { { CKA_EC_PARAMS, (void *)p256, sizeof p256 } };
+        CK_ATTRIBUTE priv[] = { BOOL(CKA_DERIVE, &T), BOOL(CKA_PRIVATE, &Fa) };
+        rv = F->C_GenerateKeyPair(s, &gen, pub, 1, priv, 2, &peer, &base);
+        out(rv, "C_GenerateKeyPair(derive)");
+        if (rv != CKR_OK)
+            return;
+        keep_obj(peer);
+        keep_obj(base);
+    }
+    if (chance(70) && F->C_GetAttributeValue(s, peer, &a, 1) == CKR_OK && a.ulValueLen >= 65) {
+        /* DER OCTET STRING around the uncompressed point, or the point itself */
+        from_key = 1;
+    } else {
+        a.ulValueLen = 65;
+        fill(point, 65);
+        point[0] = 4;
+    }
+    if (from_key && point[0] == 0x04 && point[1] == 65) {
+        memmove(point, point + 2, 65);
+        a.ulValueLen = 65;
+    }
+    p.kdf = chance(90) ? CKD_NULL : CKD_SHA256_KDF;
+    p.ulSharedDataLen = 0;
+    p.pSharedData = NULL;
+    p.ulPublicDataLen = chance(95) ? a.ulValueLen : below(65);
+    p.pPublicData = point;
+    if (chance(5))
+        m.ulParameterLen = below(sizeof p);
+    t[n++] = (CK_ATTRIBUTE){ CKA_CLASS, &cls, sizeof cls };
+    t[n++] = (CK_ATTRIBUTE){ CKA_KEY_TYPE, &kt, sizeof kt };
+    t[n++] = (CK_ATTRIBUTE){ CKA_VALUE_LEN, &len, sizeof len };
+    t[n++] = BOOL(CKA_ENCRYPT, tf());
+    t[n++] = BOOL(CKA_TOKEN, chance(15) ? &T : &Fa);
+    rv = F->C_DeriveKey(s, &m, base, t, n, &h);
+    out(rv, "C_DeriveKey(ECDH,len=%lu,kdf=%lx,peer=%d)", len, (unsigned long)p.kdf, from_key);
+    if (rv == CKR_OK)
+        keep_obj(h);
+}
+
 /* The dual-function updates: the cipher step and the digest, signature or verification of the
  * plaintext, with whatever operations the session has active. */
 static void do_dual(void)
@@ -897,7 +1055,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
     CK_C_GetFunctionList gfl;
     CK_C_GetInterface gi;
     CK_INTERFACE *itf = NULL;
-    CK_VERSION v30 = { 3, 0 };
+    CK_VERSION v30 = { 3, 0 }, v32 = { 3, 2 };
     CK_SESSION_HANDLE s0;
     CK_UTF8CHAR first[] = "changeme";
     int i;
@@ -912,6 +1070,9 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
     gi = (CK_C_GetInterface)dlsym(h, "C_GetInterface");
     if (gi && gi((CK_UTF8CHAR *)"PKCS 11", &v30, &itf, 0) == CKR_OK && itf)
         F3 = itf->pFunctionList;
+    itf = NULL;
+    if (gi && gi((CK_UTF8CHAR *)"PKCS 11", &v32, &itf, 0) == CKR_OK && itf)
+        F32 = itf->pFunctionList;
     if (F->C_Initialize(NULL) != CKR_OK || find_slot(slot) != CKR_OK)
         return 3;
     /* Setup (not compared): the user PIN changed from the fresh token's. */
@@ -925,7 +1086,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
     rng_state = seed;
     for (i = 0; i < steps; i++) {
         fprintf(trace, "%4d ", i);
-        switch (below(26)) {
+        switch (below(29)) {
         case 0: do_open(); break;
         case 1: if (chance(15)) do_close(); else do_open(); break;
         case 2: do_login(); break;
@@ -944,6 +1105,9 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
         case 21: do_message(); break;
         case 22: case 24: do_dual(); break;
         case 23: do_state(); break;
+        case 25: do_recover(); break;
+        case 26: do_verify_signature(); break;
+        case 27: do_derive(); break;
         default: do_wrap(); break;
         }
         fflush(trace);

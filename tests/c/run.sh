@@ -1,7 +1,8 @@
 #!/bin/sh
 # Build and run the table-driven bad-input test against the softtoken module, then the
 # differential sequence test (seqdiff.c): random call sequences through slot 0 of the
-# framework must get the answers the softtoken gives when loaded alone.
+# framework, and through the software token's own slot there, must get the answers the
+# softtoken gives when loaded alone.
 #   MODULE=path/to/module.so tests/c/run.sh     (default: release softtoken)
 #   SANITIZE=0 tests/c/run.sh                   (build without ASan/UBSan)
 #   SEQDIFF_FIRST=N SEQDIFF_SEEDS=N SEQDIFF_STEPS=N tests/c/run.sh
@@ -34,3 +35,7 @@ if [ ! -f "$FRAMEWORK" ] || [ ! -f target/release/libopencf_softtoken.so ]; then
 fi
 ./target/seqdiff target/release/libopencf_softtoken.so "$FRAMEWORK" 0 \
     "${SEQDIFF_FIRST:-1}" "${SEQDIFF_SEEDS:-40}" "${SEQDIFF_STEPS:-500}"
+# The software token's own slot through the framework (a pass-through session) answers as
+# the token does too.
+./target/seqdiff target/release/libopencf_softtoken.so "$FRAMEWORK" "label=OpenCF Softtoken" \
+    "${SEQDIFF_FIRST:-1}" 8 "${SEQDIFF_STEPS:-500}"

@@ -16,6 +16,8 @@
  *
  * Usage: seqdiff REF.so TEST.so TEST_SLOT FIRST_SEED SEEDS STEPS
  *   e.g. seqdiff libopencf_softtoken.so libopencf.so 0 1 200 400
+ * TEST_SLOT is a slot ID, or label=LABEL for the first slot whose token has that label (a
+ * provider's own slot through the framework: "label=OpenCF Softtoken").
  * Prints the calls before the first difference of each failing seed and a final
  * "N seeds passed, N failed" line; SEQDIFF_SHOW=1 also prints every trace of the module under
  * test on stderr.  Each child runs with the built-in default configuration (an empty
@@ -1029,11 +1031,15 @@ static void do_session_misc(void)
     }
 }
 
-/* The first slot with a token (the reference module), or slot `want`. */
+/* TEST_SLOT given as label=LABEL: the first slot whose token has that label. */
+static const char *slot_label;
+
+/* Slot `want`; for -1 the first slot with a token (the reference module); for -2 the first
+ * whose token is labelled `slot_label`. */
 static CK_RV find_slot(long want)
 {
     CK_SLOT_ID slots[16];
-    CK_ULONG n = 16;
+    CK_ULONG n = 16, i;
     CK_RV rv;
     if (want >= 0) {
         the_slot = (CK_SLOT_ID)want;
@@ -1042,10 +1048,18 @@ static CK_RV find_slot(long want)
     rv = F->C_GetSlotList(CK_TRUE, slots, &n);
     if (rv != CKR_OK)
         return rv;
-    if (n == 0)
-        return CKR_TOKEN_NOT_PRESENT;
-    the_slot = slots[0];
-    return CKR_OK;
+    for (i = 0; i < n; i++) {
+        CK_TOKEN_INFO ti;
+        size_t len = slot_label ? strlen(slot_label) : 0;
+        if (want == -1 ||
+            (F->C_GetTokenInfo(slots[i], &ti) == CKR_OK && len <= sizeof ti.label &&
+             memcmp(ti.label, slot_label, len) == 0 &&
+             (len == sizeof ti.label || ti.label[len] == ' '))) {
+            the_slot = slots[i];
+            return CKR_OK;
+        }
+    }
+    return CKR_TOKEN_NOT_PRESENT;
 }
 
 /* Runs seed `seed` against `path`, one line per call on `fd`; exit 0 when the run could start. */
@@ -1184,7 +1198,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s REF.so TEST.so TEST_SLOT FIRST_SEED SEEDS STEPS\n", argv[0]);
         return 2;
     }
-    slot = strtol(argv[3], NULL, 0);
+    if (strncmp(argv[3], "label=", 6) == 0) {
+        slot_label = argv[3] + 6;
+        slot = -2;
+    } else {
+        slot = strtol(argv[3], NULL, 0);
+    }
     first = strtoull(argv[4], NULL, 0);
     seeds = atoi(argv[5]);
     steps = atoi(argv[6]);

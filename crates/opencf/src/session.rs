@@ -145,24 +145,24 @@ impl OpenCf {
             }
             let keystore = self.meta()?.keystore;
             // The message-based operations are not routed: they run in the keystore session,
-            // which answers for them.
+            // which answers for them (a digest there answers for both).
+            let ks = ms.ks;
             let ks_busy = || {
                 self.p(keystore)
-                    .get_operation_state(ms.ks, &mut OutBuf::new(None))
+                    .get_operation_state(ks, &mut OutBuf::new(None))
                     == Err(CKR_STATE_UNSAVEABLE)
             };
-            let Some(op) = &ms.ops[OpKind::Digest as usize] else {
+            let Some(mech) = ms.ops[OpKind::Digest as usize].as_ref().map(|op| op.mech) else {
                 return Err(if ks_busy() {
                     CKR_STATE_UNSAVEABLE
                 } else {
                     CKR_OPERATION_NOT_INITIALIZED
                 });
             };
-            let mech = op.mech;
-            if op.bound.is_some_and(|b| b.prov != keystore) && ks_busy() {
+            let b = self.meta_bound(&mut ms, OpKind::Digest)?;
+            if b.prov != keystore && ks_busy() {
                 return Err(CKR_STATE_UNSAVEABLE);
             }
-            let b = self.meta_bound(&mut ms, OpKind::Digest)?;
             let inner = two_call(|o| self.p(b.prov).get_operation_state(b.h, o))?;
             let name = self.providers[b.prov].cfg.name.as_bytes();
             let name_len = u8::try_from(name.len()).map_err(|_| CKR_STATE_UNSAVEABLE)?;

@@ -804,6 +804,15 @@ fn a_saved_digest_goes_back_to_the_provider_that_saved_it() {
     let n = o.len();
     state.truncate(n);
     assert_eq!(&state[6..6 + state[5] as usize], b"faulty");
+    // A message-based encryption runs in the keystore session, beside the digest in the
+    // faulty provider: the session's state cannot be saved while it is active.
+    let key = aes_128(&a, false, false);
+    m.message_encrypt_init(ha, &opencf_abi::Mechanism::new(CKM_AES_GCM), key.handle())
+        .unwrap();
+    let mut q = OutBuf::new(None);
+    assert_eq!(m.get_operation_state(ha, &mut q), Err(CKR_STATE_UNSAVEABLE));
+    m.message_encrypt_final(ha).unwrap();
+    m.get_operation_state(ha, &mut q).unwrap();
 
     // Session b digests in the software token while the faulty provider fails its inits.
     std::fs::write(&switch, "device-error").unwrap();

@@ -506,3 +506,53 @@ fn slot0_dual_function_updates() {
     drop((m, s));
     p.finalize().unwrap();
 }
+
+/// Every damaged form of a saved state — each byte changed, each shorter length, a byte more
+/// — is refused with `CKR_SAVED_STATE_INVALID` or taken as a state that works (a changed byte
+/// of the hash's running value is a valid state too): never another error, never a crash.
+#[test]
+fn slot0_refuses_or_takes_every_damaged_state() {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, s, _key, m) = raw_setup("damaged");
+    let h = s.handle();
+    for mech in [CKM_SHA_1, CKM_SHA256, CKM_SHA512] {
+        m.digest_init(h, &opencf_abi::Mechanism::new(mech)).unwrap();
+        m.digest_update(h, b"some data before the state is saved")
+            .unwrap();
+        let state = out_of(1024, |o| m.get_operation_state(h, o)).unwrap();
+        out_of(64, |o| m.digest_final(h, o)).unwrap();
+        let (mut taken, mut refused) = (0, 0);
+        let mut check = |bad: &[u8], what: &str| match m.set_operation_state(h, bad, 0, 0) {
+            Ok(()) => {
+                taken += 1;
+                m.digest_update(h, b"more").unwrap();
+                let mut d = [0u8; 64];
+                m.digest_final(h, &mut OutBuf::new(Some(&mut d)))
+                    .unwrap_or_else(|e| panic!("{what}: C_DigestFinal {e:#x}"));
+            }
+            Err(CKR_SAVED_STATE_INVALID) => refused += 1,
+            Err(e) => panic!("{what}: {e:#x}"),
+        };
+        for i in 0..state.len() {
+            for bit in [0x01u8, 0x80] {
+                let mut bad = state.clone();
+                bad[i] ^= bit;
+                check(&bad, &format!("{mech:#x}: byte {i} ^ {bit:#x}"));
+            }
+        }
+        for n in 0..state.len() {
+            check(&state[..n], &format!("{mech:#x}: {n} bytes"));
+        }
+        let mut longer = state.clone();
+        longer.push(0);
+        check(&longer, &format!("{mech:#x}: a byte more"));
+        // Every change to the header or a length is refused; the running hash value is not
+        // checked (it is any value).
+        assert!(refused > state.len(), "{mech:#x}: {refused} refused");
+        assert!(taken > 0, "{mech:#x}: no changed state was taken");
+    }
+    drop((m, s));
+    p.finalize().unwrap();
+}

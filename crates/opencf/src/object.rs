@@ -29,11 +29,14 @@ impl OpenCf {
         }
     }
 
-    /// Destroys the clones whose original the keystore no longer has, as the framework's own
-    /// keystore session sees it: a session object gone with the session that owned it, a
-    /// private object after `C_Logout`. Called when a metaslot session closes or logs out,
-    /// so that no copy of such a key stays in another provider (a clone is used only while
-    /// its original is within reach, `route::check_key`, but it kept the key's material).
+    /// Destroys the clones whose original the keystore no longer has, as a new keystore
+    /// session sees it: a session object gone with the session that owned it, a private
+    /// object after `C_Logout`. Called when a metaslot session closes or logs out, so that no
+    /// copy of such a key stays in another provider (a clone is used only while its original
+    /// is within reach, `route::check_key`, but it kept the key's material).
+    ///
+    /// The keystore session is opened for the sweep and closed after it: one kept open would
+    /// stop the application's last `C_CloseSession` from logging it out of the token.
     pub fn sweep_clones(&self) {
         if self.clones.is_empty() {
             return;
@@ -41,13 +44,14 @@ impl OpenCf {
         let Ok(meta) = self.meta() else {
             return;
         };
-        let ks = &self.providers[meta.keystore];
-        let Ok(h) = ks.internal_session() else {
+        let ks = self.p(meta.keystore);
+        let Ok(h) = ks.open_session(meta.ks_slot, CKF_SERIAL_SESSION | CKF_RW_SESSION) else {
             return;
         };
         let gone = self.clones.sweep(|k| {
-            ks.p.get_attribute_value(h, k, &[CKA_CLASS]) == Err(CKR_OBJECT_HANDLE_INVALID)
+            ks.get_attribute_value(h, k, &[CKA_CLASS]) == Err(CKR_OBJECT_HANDLE_INVALID)
         });
+        let _ = ks.close_session(h);
         for (prov, c) in gone {
             if let Ok(s) = self.providers[prov].internal_session() {
                 let _ = self.p(prov).destroy_object(s, c);

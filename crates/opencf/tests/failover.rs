@@ -767,6 +767,15 @@ fn logout_destroys_the_clones_of_private_keys() {
         .unwrap();
     assert_eq!(s.encrypt(&Mechanism::AesEcb, private, &block).unwrap(), c1);
     assert_eq!(secret_keys_in_faulty(&p), clones + 2, "cloned again");
+    // The sweeps leave no keystore session open: closing the application's last session
+    // still logs it out.
+    drop(s);
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    assert_eq!(
+        s.get_session_info().unwrap().session_state(),
+        cryptoki::session::SessionState::RwPublic,
+        "logged out with the last session"
+    );
     drop(s);
     p.finalize().unwrap();
 }

@@ -310,7 +310,14 @@ static void do_open(void)
 static void do_close(void)
 {
     unsigned i = below(NSESS);
-    CK_RV rv = F->C_CloseSession(sess[i]);
+    CK_RV rv;
+    if (chance(8)) {
+        /* every session: the application is logged out of the token */
+        rv = F->C_CloseAllSessions(chance(95) ? the_slot : 4242);
+        out(rv, "C_CloseAllSessions");
+        return;
+    }
+    rv = F->C_CloseSession(sess[i]);
     out(rv, "C_CloseSession(#%u)", i);
 }
 

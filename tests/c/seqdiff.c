@@ -4,7 +4,7 @@
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
  * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
- * ECDH derivation, cancellation) runs twice, each time in a child process with a
+ * ECDH derivation, the security officer's PIN calls, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
  * wrote back); the parent compares the two traces line by line and reports the first line
@@ -331,6 +331,37 @@ static void do_login(void)
     int right = chance(85);
     CK_UTF8CHAR *p = right ? pin : wrong_pin;
     out(F->C_Login(s, CKU_USER, p, (CK_ULONG)strlen((char *)p)), "C_Login(right=%d)", right);
+}
+
+/* The security officer: login (the fresh token's SO PIN, or a wrong one), C_InitPIN of the
+ * user PIN (to the same value, so that user logins keep working), and C_SetPIN of the user's
+ * PIN (to the same value, from the right or a wrong old PIN). */
+static void do_pin(void)
+{
+    static CK_UTF8CHAR so_pin[] = "changeme";
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_ULONG n = (CK_ULONG)strlen((char *)pin);
+    switch (below(4)) {
+    case 0: {
+        int right = chance(85);
+        CK_UTF8CHAR *p = right ? so_pin : wrong_pin;
+        out(F->C_Login(s, CKU_SO, p, (CK_ULONG)strlen((char *)p)), "C_Login(SO,right=%d)", right);
+        break;
+    }
+    case 1:
+        out(F->C_InitPIN(s, pin, chance(95) ? n : 2), "C_InitPIN");
+        break;
+    case 2: {
+        int right = chance(85);
+        CK_UTF8CHAR *old = right ? pin : wrong_pin;
+        out(F->C_SetPIN(s, old, (CK_ULONG)strlen((char *)old), pin, n), "C_SetPIN(right=%d)",
+            right);
+        break;
+    }
+    default:
+        out(F->C_Logout(s), "C_Logout");
+        break;
+    }
 }
 
 static void do_create(void)
@@ -1107,7 +1138,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
     rng_state = seed;
     for (i = 0; i < steps; i++) {
         fprintf(trace, "%4d ", i);
-        switch (below(29)) {
+        switch (below(30)) {
         case 0: do_open(); break;
         case 1: if (chance(15)) do_close(); else do_open(); break;
         case 2: do_login(); break;
@@ -1129,6 +1160,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
         case 25: do_recover(); break;
         case 26: do_verify_signature(); break;
         case 27: do_derive(); break;
+        case 28: if (chance(30)) do_pin(); else do_session_misc(); break; /* PIN calls cost an scrypt each */
         default: do_wrap(); break;
         }
         fflush(trace);

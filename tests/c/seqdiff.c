@@ -518,11 +518,28 @@ typedef CK_RV (*single_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG, CK_BYTE *, CK
 typedef CK_RV (*update_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG, CK_BYTE *, CK_ULONG *);
 typedef CK_RV (*final_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG *);
 
+/* The inits of the operation families, as every caller traces them. */
+static void init_crypt(CK_SESSION_HANDLE s, int decrypt)
+{
+    CK_MECHANISM *m = pick_mech(0);
+    out((decrypt ? F->C_DecryptInit : F->C_EncryptInit)(s, m, pick_obj()), "C_%sInit(%lx)",
+        decrypt ? "Decrypt" : "Encrypt", m ? (unsigned long)m->mechanism : 0UL);
+}
+static void init_digest(CK_SESSION_HANDLE s)
+{
+    CK_MECHANISM *m = pick_mech(1);
+    out(F->C_DigestInit(s, m), "C_DigestInit(%lx)", m ? (unsigned long)m->mechanism : 0UL);
+}
+static void init_sign(CK_SESSION_HANDLE s, int verify)
+{
+    CK_MECHANISM *m = pick_mech(2);
+    out((verify ? F->C_VerifyInit : F->C_SignInit)(s, m, pick_obj()), "C_%sInit(%lx)",
+        verify ? "Verify" : "Sign", m ? (unsigned long)m->mechanism : 0UL);
+}
 
 static void do_crypt(int decrypt)
 {
     const char *nm = decrypt ? "Decrypt" : "Encrypt";
-    init_fn init = decrypt ? F->C_DecryptInit : F->C_EncryptInit;
     single_fn single = decrypt ? F->C_Decrypt : F->C_Encrypt;
     update_fn update = decrypt ? F->C_DecryptUpdate : F->C_EncryptUpdate;
     final_fn fin = decrypt ? F->C_DecryptFinal : F->C_EncryptFinal;
@@ -530,11 +547,9 @@ static void do_crypt(int decrypt)
     CK_ULONG olen, dlen;
     CK_BYTE *o;
     switch (chance(40) ? 0 : 1 + below(3)) {
-    case 0: {
-        CK_MECHANISM *m = pick_mech(0);
-        out(init(s, m, pick_obj()), "C_%sInit(%lx)", nm, m ? (unsigned long)m->mechanism : 0UL);
+    case 0:
+        init_crypt(s, decrypt);
         break;
-    }
     case 1:
         dlen = next_input();
         o = pick_out(&olen);
@@ -559,11 +574,9 @@ static void do_digest(void)
     CK_ULONG olen, dlen;
     CK_BYTE *o;
     switch (chance(35) ? 0 : 1 + below(4)) {
-    case 0: {
-        CK_MECHANISM *m = pick_mech(1);
-        out(F->C_DigestInit(s, m), "C_DigestInit(%lx)", m ? (unsigned long)m->mechanism : 0UL);
+    case 0:
+        init_digest(s);
         break;
-    }
     case 1:
         dlen = next_input();
         o = pick_out(&olen);
@@ -590,15 +603,9 @@ static void do_sign(int verify)
     CK_ULONG olen, dlen;
     CK_BYTE *o;
     switch (chance(40) ? 0 : 1 + below(3)) {
-    case 0: {
-        CK_MECHANISM *m = pick_mech(2);
-        unsigned long mt = m ? (unsigned long)m->mechanism : 0UL;
-        if (verify)
-            out(F->C_VerifyInit(s, m, pick_obj()), "C_VerifyInit(%lx)", mt);
-        else
-            out(F->C_SignInit(s, m, pick_obj()), "C_SignInit(%lx)", mt);
+    case 0:
+        init_sign(s, verify);
         break;
-    }
     case 1:
         dlen = next_input();
         if (verify) {
@@ -846,20 +853,12 @@ static void do_dual(void)
     }
     if (chance(40)) {
         /* one of the two inits the function needs */
-        int dec = i == 1 || i == 3;
-        CK_MECHANISM *m;
-        if (chance(50)) {
-            m = pick_mech(0);
-            out((dec ? F->C_DecryptInit : F->C_EncryptInit)(s, m, pick_obj()), "C_%sInit(%lx)",
-                dec ? "Decrypt" : "Encrypt", m ? (unsigned long)m->mechanism : 0UL);
-        } else if (i < 2) {
-            m = pick_mech(1);
-            out(F->C_DigestInit(s, m), "C_DigestInit(%lx)", m ? (unsigned long)m->mechanism : 0UL);
-        } else {
-            m = pick_mech(2);
-            out((i == 2 ? F->C_SignInit : F->C_VerifyInit)(s, m, pick_obj()), "C_%sInit(%lx)",
-                i == 2 ? "Sign" : "Verify", m ? (unsigned long)m->mechanism : 0UL);
-        }
+        if (chance(50))
+            init_crypt(s, i == 1 || i == 3);
+        else if (i < 2)
+            init_digest(s);
+        else
+            init_sign(s, i == 3);
         return;
     }
     dlen = next_input();

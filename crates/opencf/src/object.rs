@@ -22,7 +22,12 @@ impl OpenCf {
 
     /// Destroys the clones of a keystore object in other providers.
     pub fn drop_clones(&self, obj: CK_OBJECT_HANDLE) {
-        for (prov, h) in self.clones.forget(obj) {
+        self.destroy_clones(self.clones.forget(obj));
+    }
+
+    /// Destroys clones the cache has given up: (provider, handle there) pairs.
+    fn destroy_clones(&self, clones: Vec<(usize, CK_OBJECT_HANDLE)>) {
+        for (prov, h) in clones {
             if let Ok(s) = self.providers[prov].internal_session() {
                 let _ = self.p(prov).destroy_object(s, h);
             }
@@ -52,11 +57,7 @@ impl OpenCf {
             ks.get_attribute_value(h, k, &[CKA_CLASS]) == Err(CKR_OBJECT_HANDLE_INVALID)
         });
         let _ = ks.close_session(h);
-        for (prov, c) in gone {
-            if let Ok(s) = self.providers[prov].internal_session() {
-                let _ = self.p(prov).destroy_object(s, c);
-            }
-        }
+        self.destroy_clones(gone);
     }
 
     /// `C_CreateObject`.

@@ -545,6 +545,21 @@ fn unextractable_key_stays_without_migration() {
     p.finalize().unwrap();
 }
 
+/// Loads [faulty, softtoken] with a `min_bytes` threshold of 64 on the faulty provider for
+/// AES-ECB (`tag` names the test); a logged-in slot-0 session and its keys.
+fn ecb_threshold(tag: &str) -> (Pkcs11, Session, Keys) {
+    let (p, _switch) = load_conf(
+        tag,
+        "none",
+        true,
+        "[provider.policy.CKM_AES_ECB]\nmin_bytes = 64",
+    );
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let k = make_keys(&s);
+    (p, s, k)
+}
+
 /// A `min_bytes` threshold on the faulty provider (first) for AES-ECB: the metaslot binds each
 /// operation at init to the software token (the candidate for small inputs, which can cancel
 /// an operation), runs small inputs there, and moves a single-part call whose input reaches
@@ -553,15 +568,7 @@ fn unextractable_key_stays_without_migration() {
 #[test]
 fn threshold_binds_at_init_and_moves_large_inputs() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let (p, _switch) = load_conf(
-        "eager",
-        "none",
-        true,
-        "[provider.policy.CKM_AES_ECB]\nmin_bytes = 64",
-    );
-    let s = p.open_rw_session(slot0(&p)).unwrap();
-    login(&s);
-    let k = make_keys(&s);
+    let (p, s, k) = ecb_threshold("eager");
     let ops = |name| provider_stats(name)[0];
     let (f0, s0) = (ops("faulty"), ops("softtoken"));
     let short = [7u8; 16];
@@ -857,15 +864,7 @@ fn a_saved_digest_goes_back_to_the_provider_that_saved_it() {
 #[test]
 fn a_multi_part_step_keeps_the_operation_where_it_runs() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let (p, _switch) = load_conf(
-        "multipart",
-        "none",
-        true,
-        "[provider.policy.CKM_AES_ECB]\nmin_bytes = 64",
-    );
-    let s = p.open_rw_session(slot0(&p)).unwrap();
-    login(&s);
-    let k = make_keys(&s);
+    let (p, s, k) = ecb_threshold("multipart");
     let ops = |name| provider_stats(name)[0];
     let f0 = ops("faulty");
     s.encrypt_init(&Mechanism::AesEcb, k.aes).unwrap();

@@ -4,7 +4,8 @@
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
  * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
- * ECDH derivation, the security officer's PIN calls, cancellation) runs twice, each time in a child process with a
+ * ECDH derivation, ML-KEM encapsulation, the security officer's PIN calls, C_LoginUser,
+ * C_GetObjectSize, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
  * wrote back); the parent compares the two traces line by line and reports the first line
@@ -56,7 +57,7 @@ static int chance(unsigned pct) { return below(100) < pct; }
 static CK_SESSION_HANDLE cur;  /* the session of the last call that returned CKR_OK */
 static CK_SESSION_HANDLE last; /* the session of the current call */
 static int general_errors;
-static void out(CK_RV rv, const char *fmt, ...)
+static void trace_rv(CK_RV rv, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -69,6 +70,16 @@ static void out(CK_RV rv, const char *fmt, ...)
         cur = last;
     last = 0;
 }
+
+/* out(CALL, FORMAT, ...): one trace line, the call's description and its CK_RV. A macro, so
+ * that CALL has returned before the description's arguments are read: they include the
+ * lengths the call wrote back, and C evaluates a function's arguments in no fixed order (as
+ * a function, out() printed the lengths as they were before the call). */
+#define out(call, ...)                  \
+    do {                                \
+        CK_RV out_rv_ = (call);         \
+        trace_rv(out_rv_, __VA_ARGS__); \
+    } while (0)
 
 /* ---- state: handles by index ---- */
 #define NSESS 4
@@ -330,6 +341,14 @@ static void do_login(void)
     }
     int right = chance(85);
     CK_UTF8CHAR *p = right ? pin : wrong_pin;
+    if (F3 && chance(10)) {
+        /* C_LoginUser: a user name (which this token does not know users by), or none */
+        static CK_UTF8CHAR user[] = "seqdiff";
+        CK_ULONG ulen = chance(50) ? sizeof user - 1 : 0;
+        out(F3->C_LoginUser(s, CKU_USER, p, (CK_ULONG)strlen((char *)p), ulen ? user : NULL, ulen),
+            "C_LoginUser(right=%d,user=%lu)", right, ulen);
+        return;
+    }
     out(F->C_Login(s, CKU_USER, p, (CK_ULONG)strlen((char *)p)), "C_Login(right=%d)", right);
 }
 
@@ -669,12 +688,13 @@ static void do_recover(void)
         data[0] = 0;
         rv = F->C_SignRecover(s, data, dlen, sig, &slen);
         out(rv, "C_SignRecover(recover,%lu) len=%lu", dlen, slen);
-        out(F->C_VerifyRecoverInit(s, &m, hp), "C_VerifyRecoverInit(recover,%lx)",
-            (unsigned long)m.mechanism);
+        CK_RV vrv = F->C_VerifyRecoverInit(s, &m, hp);
+        out(vrv, "C_VerifyRecoverInit(recover,%lx)", (unsigned long)m.mechanism);
         /* The two runs have different keys: what is recovered must not depend on the
          * modulus, so a changed signature stays below any modulus (its last bit changed), and
-         * without one the input is noise below any modulus. */
-        if (rv != CKR_OK) {
+         * without one, or when the verification runs with a key of an earlier init (this one
+         * refused), the input is noise below any modulus. */
+        if (rv != CKR_OK || vrv != CKR_OK) {
             slen = 256;
             fill(sig, slen);
             sig[0] = 0;
@@ -796,6 +816,79 @@ static void do_derive(void)
     t[n++] = BOOL(CKA_TOKEN, chance(15) ? &T : &Fa);
     rv = F->C_DeriveKey(s, &m, base, t, n, &h);
     out(rv, "C_DeriveKey(ECDH,len=%lu,kdf=%lx,peer=%d)", len, (unsigned long)p.kdf, from_key);
+    if (rv == CKR_OK)
+        keep_obj(h);
+}
+
+/* ML-KEM-768 (PKCS#11 3.2): a key pair, C_EncapsulateKey with a key of this run, and
+ * C_DecapsulateKey of the last ciphertext, whole, damaged or cut short. */
+static CK_BYTE kem_ct[1600];
+static CK_ULONG kem_ct_len;
+static CK_OBJECT_HANDLE kem_pub, kem_priv; /* the last pair generated here */
+static void do_kem(void)
+{
+    static CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+    static CK_KEY_TYPE kt;
+    static CK_ML_KEM_PARAMETER_SET_TYPE ps = CKP_ML_KEM_768;
+    CK_SESSION_HANDLE s = pick_sess();
+    CK_MECHANISM m = { chance(95) ? CKM_ML_KEM : CKM_ECDH1_DERIVE, NULL, 0 };
+    CK_ULONG len = chance(85) ? 32 : below(40);
+    CK_ATTRIBUTE t[5];
+    int n = 0, kind = below(5);
+    CK_OBJECT_HANDLE h = 0;
+    CK_RV rv;
+    if (!F32)
+        return;
+    if (kind == 0 || kem_pub == 0) {
+        CK_MECHANISM gen = { CKM_ML_KEM_KEY_PAIR_GEN, NULL, 0 };
+        CK_ATTRIBUTE pub[] = { { CKA_PARAMETER_SET, &ps, chance(95) ? sizeof ps : below(8) },
+                               BOOL(CKA_ENCAPSULATE, chance(80) ? &T : &Fa),
+                               BOOL(CKA_TOKEN, chance(15) ? &T : &Fa) };
+        CK_ATTRIBUTE priv[] = { BOOL(CKA_DECAPSULATE, chance(80) ? &T : &Fa),
+                                BOOL(CKA_SENSITIVE, tf()),
+                                BOOL(CKA_TOKEN, chance(15) ? &T : &Fa) };
+        CK_OBJECT_HANDLE hp = 0, hv = 0;
+        rv = F->C_GenerateKeyPair(s, &gen, pub, 3, priv, 3, &hp, &hv);
+        out(rv, "C_GenerateKeyPair(ML-KEM-768)");
+        if (rv == CKR_OK) {
+            keep_obj(hp);
+            keep_obj(hv);
+            kem_pub = hp;
+            kem_priv = hv;
+        }
+        return;
+    }
+    kt = chance(80) ? CKK_AES : CKK_GENERIC_SECRET;
+    if (chance(90)) t[n++] = (CK_ATTRIBUTE){ CKA_CLASS, &cls, sizeof cls };
+    t[n++] = (CK_ATTRIBUTE){ CKA_KEY_TYPE, &kt, sizeof kt };
+    if (chance(60)) t[n++] = (CK_ATTRIBUTE){ CKA_VALUE_LEN, &len, sizeof len };
+    t[n++] = BOOL(CKA_ENCRYPT, tf());
+    t[n++] = BOOL(CKA_TOKEN, chance(15) ? &T : &Fa);
+    if (kind <= 2) {
+        CK_ULONG clen;
+        CK_BYTE *c;
+        switch (below(6)) {
+        case 0: clen = 0; c = NULL; break;
+        case 1: clen = below(1100); c = kem_ct; break;
+        default: clen = sizeof kem_ct; c = kem_ct; break; /* half the calls */
+        }
+        rv = F32->C_EncapsulateKey(s, &m, chance(70) ? kem_pub : pick_obj(), t, n, c, &clen, &h);
+        out(rv, "C_EncapsulateKey(%lx,n=%d,out=%d) len=%lu", (unsigned long)m.mechanism, n,
+            c != NULL, (unsigned long)clen);
+        if (rv == CKR_OK && c != NULL) {
+            kem_ct_len = clen;
+            keep_obj(h);
+        }
+        return;
+    }
+    CK_ULONG clen = kem_ct_len;
+    if (chance(15) && clen > 0)
+        kem_ct[below(clen)] ^= (CK_BYTE)(1 + below(255));
+    else if (chance(10))
+        clen = below(clen + 1);
+    rv = F32->C_DecapsulateKey(s, &m, chance(70) ? kem_priv : pick_obj(), t, n, kem_ct, clen, &h);
+    out(rv, "C_DecapsulateKey(%lx,n=%d,len=%lu)", (unsigned long)m.mechanism, n,
+        (unsigned long)clen);
     if (rv == CKR_OK)
         keep_obj(h);
 }
@@ -1041,6 +1134,14 @@ static void do_objects(void)
                 obj[i] = 0;
         return;
     }
+    if (chance(25)) {
+        CK_ULONG size = 0;
+        CK_RV rv = F->C_GetObjectSize(s, pick_obj(), chance(95) ? &size : NULL);
+        /* the size only as zero or not: an RSA key's encoding varies by a byte or two
+         * with its values, which differ between the two runs */
+        out(rv, "C_GetObjectSize size>0=%d", rv == CKR_OK && size > 0);
+        return;
+    }
     CK_ATTRIBUTE t[1] = { { CKA_TOKEN, tf(), sizeof(CK_BBOOL) } };
     CK_OBJECT_HANDLE h = 0;
     CK_RV rv = F->C_CopyObject(s, pick_obj(), t, chance(50), &h);
@@ -1168,7 +1269,7 @@ static int child(const char *path, long slot, unsigned long long seed, int steps
         case 26: do_verify_signature(); break;
         case 27: do_derive(); break;
         case 28: if (chance(30)) do_pin(); else do_session_misc(); break; /* PIN calls cost an scrypt each */
-        default: do_wrap(); break;
+        default: if (chance(40)) do_kem(); else do_wrap(); break;
         }
         fflush(trace);
     }

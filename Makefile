@@ -115,6 +115,12 @@ bench-tls:
 	$(CARGO) build --release -p opencf-tlsproxy -p opencf -p opencf-softtoken
 	scripts/bench-tls.sh
 
+# One 64 MiB AES-GCM encryption through slot 0 beside what copying 64 MiB costs at the same
+# moment (not part of `make test`; docs/PERFORMANCE.md, "A ceiling for the 64 MiB encryption").
+.PHONY: bench-bulk
+bench-bulk: build
+	scripts/bench-bulk.sh $(BENCH_BULK_ROUNDS)
+
 suite-python:
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/python
 

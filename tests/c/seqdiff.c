@@ -5,7 +5,7 @@
  * operation family in every call order, size queries, short buffers, bad handles, hostile
  * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
  * ECDH derivation, ML-KEM encapsulation, the security officer's PIN calls, C_LoginUser,
- * C_GetObjectSize, cancellation) runs twice, each time in a child process with a
+ * C_GetObjectSize, random numbers and seeds, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
  * wrote back); the parent compares the two traces line by line and reports the first line
@@ -1171,7 +1171,27 @@ static void do_session_misc(void)
         break;
     default: {
         CK_BYTE r[16];
-        out(F->C_GenerateRandom(s, r, below(17)), "C_GenerateRandom");
+        switch (below(8)) {
+        case 0:
+            out(F->C_SeedRandom(s, r, below(17)), "C_SeedRandom");
+            break;
+        case 1:
+            out(chance(50) ? F->C_GetFunctionStatus(s) : F->C_CancelFunction(s),
+                "C_GetFunctionStatus/C_CancelFunction");
+            break;
+        case 2:
+            if (F32) {
+                CK_FLAGS fl = 0;
+                CK_RV rv = F32->C_GetSessionValidationFlags(s, CKS_LAST_VALIDATION_OK,
+                                                            chance(95) ? &fl : NULL);
+                out(rv, "C_GetSessionValidationFlags flags=%lx", (unsigned long)fl);
+                break;
+            }
+            /* fall through */
+        default:
+            out(F->C_GenerateRandom(s, chance(95) ? r : NULL, below(17)), "C_GenerateRandom");
+            break;
+        }
         break;
     }
     }

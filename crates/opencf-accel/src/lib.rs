@@ -762,9 +762,11 @@ impl Backend for Accel {
         Ok(self.add_object(o))
     }
 
+    /// OpenSSL's generator seeds itself from the operating system and takes no seed from
+    /// here, so the call says so rather than accept bytes it would ignore.
     fn seed_random(&self, s: CK_SESSION_HANDLE, _seed: &[u8]) -> CkResult<()> {
         self.session(s)?;
-        Ok(())
+        Err(CKR_RANDOM_SEED_NOT_SUPPORTED)
     }
 
     fn generate_random(&self, s: CK_SESSION_HANDLE, out: &mut [u8]) -> CkResult<()> {

@@ -149,6 +149,12 @@ fn token_and_object_rules() {
     assert_eq!(info.label(), "OpenCF Accelerator");
     assert!(!info.login_required());
     let s = session();
+    // Random bytes from OpenSSL, whose generator takes no seed through PKCS#11.
+    assert_eq!(s.generate_random_vec(24).unwrap().len(), 24);
+    assert_eq!(
+        rv(s.seed_random(b"ignored").unwrap_err()),
+        RvError::RandomSeedNotSupported
+    );
     let key = Rsa::generate(2048).unwrap();
     let mut t = private_template(&key);
     t[2] = Attribute::Token(true);

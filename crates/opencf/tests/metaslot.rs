@@ -331,6 +331,49 @@ fn ecdsa_routed_to_softhsm() {
     p.finalize().unwrap();
 }
 
+/// `C_GenerateRandom` and `C_SeedRandom` on slot 0 go to the first provider with `random` on,
+/// and slot 0 answers as that provider does: the software token's generator takes no seed;
+/// SoftHSMv2 (when installed), listed first with the software token's `random` off, takes it.
+#[test]
+fn random_numbers_come_from_the_first_random_provider() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, r) = load("random", SOFTTOKEN_ONLY);
+    r.expect("C_Initialize");
+    let s = p.open_ro_session(slot(&p, 0)).unwrap();
+    let (a, b) = (
+        s.generate_random_vec(32).unwrap(),
+        s.generate_random_vec(32).unwrap(),
+    );
+    assert_eq!(a.len(), 32);
+    assert_ne!(a, b, "two draws of 32 random bytes differ");
+    assert!(
+        matches!(
+            s.seed_random(b"not mixed in").unwrap_err(),
+            Error::Pkcs11(RvError::RandomSeedNotSupported, _)
+        ),
+        "the software token's generator takes no seed, and slot 0 says so"
+    );
+    drop(s);
+    p.finalize().unwrap();
+
+    if !Path::new(SOFTHSM).exists() {
+        eprintln!("SoftHSMv2 part skipped: {SOFTHSM} not installed");
+        return;
+    }
+    init_softhsm("random");
+    let conf = format!(
+        "{SOFTTOKEN_ONLY}random = false\n\n[[provider]]\nname = \"softhsm\"\nmodule = \"{SOFTHSM}\"\n"
+    );
+    let (p, r) = load("random-hsm", &conf);
+    r.expect("C_Initialize with SoftHSM");
+    let s = p.open_ro_session(slot(&p, 0)).unwrap();
+    s.seed_random(b"mixed in by SoftHSMv2")
+        .expect("C_SeedRandom goes to SoftHSMv2, which takes seeds");
+    assert_eq!(s.generate_random_vec(16).unwrap().len(), 16);
+    drop(s);
+    p.finalize().unwrap();
+}
+
 /// Initializes a fresh SoftHSMv2 token "hsm" (PIN 1234) under a temporary `SOFTHSM2_CONF`.
 fn init_softhsm(tag: &str) {
     let dir = fresh_dir(&format!("metaslot-{tag}"));

@@ -4,7 +4,7 @@
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
  * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
- * ECDH derivation, ML-KEM encapsulation, the security officer's PIN calls, C_LoginUser,
+ * ECDH derivation, ML-KEM encapsulation, ChaCha20-Poly1305, Ed25519, the security officer's PIN calls, C_LoginUser,
  * C_GetObjectSize, random numbers and seeds, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
@@ -236,6 +236,20 @@ static CK_MECHANISM *pick_mech(int kind)
                                                CKM_RSA_X_509,   CKM_RSA_PKCS_PSS,
                                                CKM_SHA256_RSA_PKCS_PSS };
         static CK_RSA_PKCS_PSS_PARAMS pss;
+        static CK_EDDSA_PARAMS ed;
+        static CK_BYTE ctx[8] = "context";
+        if (chance(10)) {
+            /* Ed25519: no parameter (pure), or CK_EDDSA_PARAMS (prehash, context) */
+            mech.mechanism = CKM_EDDSA;
+            if (chance(40)) {
+                ed.phFlag = chance(30);
+                ed.ulContextDataLen = chance(50) ? 0 : 1 + below(sizeof ctx);
+                ed.pContextData = ed.ulContextDataLen ? ctx : NULL;
+                mech.pParameter = &ed;
+                mech.ulParameterLen = chance(92) ? sizeof ed : below(sizeof ed);
+            }
+            return &mech;
+        }
         mech.mechanism = s[below(11)];
         if (mech.mechanism == CKM_RSA_PKCS_PSS || mech.mechanism == CKM_SHA256_RSA_PKCS_PSS) {
             pss.hashAlg = chance(90) ? CKM_SHA256 : CKM_SHA_1;
@@ -246,7 +260,19 @@ static CK_MECHANISM *pick_mech(int kind)
         }
         return &mech;
     }
-    switch (below(7)) {
+    switch (below(8)) {
+    case 7: {
+        static CK_SALSA20_CHACHA20_POLY1305_PARAMS cp;
+        fill(aad, sizeof aad);
+        cp.pNonce = chance(95) ? iv : NULL;
+        cp.ulNonceLen = chance(85) ? 12 : below(33);
+        cp.pAAD = chance(50) ? aad : NULL;
+        cp.ulAADLen = cp.pAAD ? below(33) : 0;
+        mech.mechanism = CKM_CHACHA20_POLY1305;
+        mech.pParameter = &cp;
+        mech.ulParameterLen = chance(92) ? sizeof cp : below(sizeof cp);
+        break;
+    }
     case 5:
         mech.mechanism = chance(50) ? CKM_RSA_PKCS : CKM_RSA_X_509;
         break;
@@ -420,8 +446,9 @@ static void do_create(void)
 
 static void do_generate(void)
 {
-    CK_MECHANISM m = { CKM_AES_KEY_GEN, NULL, 0 };
-    CK_ULONG len = chance(90) ? 16 + 8 * below(3) : below(40);
+    int chacha = chance(15);
+    CK_MECHANISM m = { chacha ? CKM_CHACHA20_KEY_GEN : CKM_AES_KEY_GEN, NULL, 0 };
+    CK_ULONG len = chance(90) ? (chacha ? 32 : 16 + 8 * below(3)) : below(40);
     CK_ATTRIBUTE t[6];
     int n = 0;
     t[n++] = (CK_ATTRIBUTE){ CKA_VALUE_LEN, &len, sizeof len };
@@ -432,7 +459,7 @@ static void do_generate(void)
     t[n++] = BOOL(CKA_EXTRACTABLE, tf());
     CK_OBJECT_HANDLE h = 0;
     CK_RV rv = F->C_GenerateKey(pick_sess(), &m, t, n, &h);
-    out(rv, "C_GenerateKey(len=%lu)", len);
+    out(rv, "C_GenerateKey(%s,len=%lu)", chacha ? "ChaCha20" : "AES", len);
     if (rv == CKR_OK)
         keep_obj(h);
 }
@@ -470,10 +497,17 @@ static void do_keypair(void)
     static const CK_BYTE p256[] = { 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07 };
     static CK_ULONG bits = 2048;
     static CK_BYTE e[] = { 1, 0, 1 };
+    static const CK_BYTE ed25519[] = { 0x06, 0x03, 0x2b, 0x65, 0x70 };
     if (chance(12)) {
         CK_ATTRIBUTE rsa[2] = { { CKA_MODULUS_BITS, &bits, sizeof bits },
                                 { CKA_PUBLIC_EXPONENT, e, sizeof e } };
         gen_pair(CKM_RSA_PKCS_KEY_PAIR_GEN, rsa, 2, "RSA-2048");
+        return;
+    }
+    if (chance(20)) {
+        CK_ATTRIBUTE ed[1] = { { CKA_EC_PARAMS, (void *)ed25519,
+                                 chance(95) ? sizeof ed25519 : below(5) } };
+        gen_pair(CKM_EC_EDWARDS_KEY_PAIR_GEN, ed, 1, "Ed25519");
         return;
     }
     CK_ATTRIBUTE ec[1] = { { CKA_EC_PARAMS, (void *)p256, chance(95) ? sizeof p256 : below(10) } };

@@ -210,6 +210,14 @@ static CK_GCM_PARAMS gcm;
 static CK_MECHANISM mech;
 
 /* kind: 0 encrypt/decrypt, 1 digest, 2 sign/verify */
+/* mech's parameter: `p`, with its whole length `len` `whole_pct` percent of the time and a
+ * length cut short otherwise. */
+static void param(void *p, CK_ULONG len, unsigned whole_pct)
+{
+    mech.pParameter = p;
+    mech.ulParameterLen = chance(whole_pct) ? len : below(len);
+}
+
 static CK_MECHANISM *pick_mech(int kind)
 {
     memset(&mech, 0, sizeof mech);
@@ -245,8 +253,7 @@ static CK_MECHANISM *pick_mech(int kind)
                 ed.phFlag = chance(30);
                 ed.ulContextDataLen = chance(50) ? 0 : 1 + below(sizeof ctx);
                 ed.pContextData = ed.ulContextDataLen ? ctx : NULL;
-                mech.pParameter = &ed;
-                mech.ulParameterLen = chance(92) ? sizeof ed : below(sizeof ed);
+                param(&ed, sizeof ed, 92);
             }
             return &mech;
         }
@@ -255,8 +262,7 @@ static CK_MECHANISM *pick_mech(int kind)
             pss.hashAlg = chance(90) ? CKM_SHA256 : CKM_SHA_1;
             pss.mgf = chance(90) ? CKG_MGF1_SHA256 : 0x77;
             pss.sLen = chance(80) ? 32 : below(300);
-            mech.pParameter = &pss;
-            mech.ulParameterLen = chance(92) ? sizeof pss : below(sizeof pss);
+            param(&pss, sizeof pss, 92);
         }
         return &mech;
     }
@@ -269,8 +275,7 @@ static CK_MECHANISM *pick_mech(int kind)
         cp.pAAD = chance(50) ? aad : NULL;
         cp.ulAADLen = cp.pAAD ? below(33) : 0;
         mech.mechanism = CKM_CHACHA20_POLY1305;
-        mech.pParameter = &cp;
-        mech.ulParameterLen = chance(92) ? sizeof cp : below(sizeof cp);
+        param(&cp, sizeof cp, 92);
         break;
     }
     case 5:
@@ -284,8 +289,7 @@ static CK_MECHANISM *pick_mech(int kind)
         oaep.pSourceData = chance(70) ? NULL : aad;
         oaep.ulSourceDataLen = oaep.pSourceData ? below(33) : 0;
         mech.mechanism = CKM_RSA_PKCS_OAEP;
-        mech.pParameter = &oaep;
-        mech.ulParameterLen = chance(92) ? sizeof oaep : below(sizeof oaep);
+        param(&oaep, sizeof oaep, 92);
         break;
     }
     case 0:
@@ -307,8 +311,7 @@ static CK_MECHANISM *pick_mech(int kind)
             static CK_AES_CTR_PARAMS ctr;
             ctr.ulCounterBits = chance(85) ? 128 : below(200);
             memcpy(ctr.cb, iv, 16);
-            mech.pParameter = &ctr;
-            mech.ulParameterLen = chance(90) ? sizeof ctr : below(sizeof ctr);
+            param(&ctr, sizeof ctr, 90);
         }
         break;
     default:
@@ -320,8 +323,7 @@ static CK_MECHANISM *pick_mech(int kind)
         gcm.pAAD = chance(50) ? aad : NULL;
         gcm.ulAADLen = gcm.pAAD ? below(33) : 0;
         gcm.ulTagBits = chance(80) ? 128 : 8 * below(20);
-        mech.pParameter = &gcm;
-        mech.ulParameterLen = chance(92) ? sizeof gcm : below(sizeof gcm);
+        param(&gcm, sizeof gcm, 92);
         break;
     }
     return &mech;

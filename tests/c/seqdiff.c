@@ -4,7 +4,7 @@
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
  * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
- * ECDH derivation, ML-KEM encapsulation, ChaCha20-Poly1305, Ed25519, the security officer's PIN calls, C_LoginUser,
+ * ECDH derivation, ML-KEM encapsulation, ML-DSA, ChaCha20-Poly1305, Ed25519, the security officer's PIN calls, C_LoginUser,
  * C_GetObjectSize, random numbers and seeds, cancellation) runs twice, each time in a child process with a
  * fresh keystore: once against the reference module's first token, once against the module
  * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
@@ -246,6 +246,20 @@ static CK_MECHANISM *pick_mech(int kind)
         static CK_RSA_PKCS_PSS_PARAMS pss;
         static CK_EDDSA_PARAMS ed;
         static CK_BYTE ctx[8] = "context";
+        if (chance(8)) {
+            /* ML-DSA: no parameter, or CK_SIGN_ADDITIONAL_CONTEXT (hedging, a context of up
+             * to 255 bytes, or one too long, or an unknown hedge variant) */
+            static CK_SIGN_ADDITIONAL_CONTEXT sc;
+            static CK_BYTE mctx[300];
+            mech.mechanism = CKM_ML_DSA;
+            if (chance(50)) {
+                sc.hedgeVariant = chance(90) ? below(3) : 7;
+                sc.ulContextLen = chance(80) ? below(9) : 250 + below(10);
+                sc.pContext = sc.ulContextLen ? mctx : NULL;
+                param(&sc, sizeof sc, 92);
+            }
+            return &mech;
+        }
         if (chance(10)) {
             /* Ed25519: no parameter (pure), or CK_EDDSA_PARAMS (prehash, context) */
             mech.mechanism = CKM_EDDSA;
@@ -504,6 +518,12 @@ static void do_keypair(void)
         CK_ATTRIBUTE rsa[2] = { { CKA_MODULUS_BITS, &bits, sizeof bits },
                                 { CKA_PUBLIC_EXPONENT, e, sizeof e } };
         gen_pair(CKM_RSA_PKCS_KEY_PAIR_GEN, rsa, 2, "RSA-2048");
+        return;
+    }
+    if (chance(10)) {
+        static CK_ULONG ps = CKP_ML_DSA_65;
+        CK_ATTRIBUTE ml[1] = { { CKA_PARAMETER_SET, &ps, chance(95) ? sizeof ps : below(8) } };
+        gen_pair(CKM_ML_DSA_KEY_PAIR_GEN, ml, 1, "ML-DSA-65");
         return;
     }
     if (chance(20)) {

@@ -42,15 +42,17 @@ echo "# $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | se
 echo "# copy: target/copy-ceiling 64 5; gcm: cfspeed --module $(basename "$FRAMEWORK") --slot 0 CKM_AES_GCM --sizes 67108864 --native --vs-module $(basename "$MODULE") --runs 3 --seconds 1 (built-in default configuration)"
 printf '%-8s %10s %10s %10s %10s | %10s %10s %8s\n' time "store×1" "store×N" "stream×1" "stream×N" \
     "ours MB/s" "native" "ratio"
+# rate MODE THREADS: MB/s from this round's copy-ceiling output; mbs WHO: MB/s of cfspeed's
+# one-thread row.
+rate() { awk -v m="$1" -v t="$2" '$1 == m && $2 == t { print $3 }' <<<"$copy"; }
+mbs() { awk -v who="$1" '$1 == who && $2 == 1 { print $4 }' <<<"$out"; }
 for i in $(seq "$ROUNDS"); do
     copy="$("$CEILING" 64 5)"
-    rate() { awk -v m="$1" -v t="$2" '$1 == m && $2 == t { print $3 }' <<<"$copy"; }
     dir="$WORK/round$i"
     mkdir -p "$dir/xdg" "$dir/softtoken"
     out="$(XDG_CONFIG_HOME="$dir/xdg" OPENCF_SOFTTOKEN_DIR="$dir/softtoken" "$CFSPEED" \
         --module "$FRAMEWORK" --slot 0 CKM_AES_GCM --sizes 67108864 --native \
         --vs-module "$MODULE" --runs 3 --seconds 1 2>&1)"
-    mbs() { awk -v who="$1" '$1 == who && $2 == 1 { print $4 }' <<<"$out"; }
     ratio="$(sed -n 's/.*ratios, 1 thr: ours\/native \([0-9.]*\).*/\1/p' <<<"$out")"
     printf '%-8s %10s %10s %10s %10s | %10s %10s %8s\n' "$(date +%T)" \
         "$(rate store 1)" "$(rate store "$(nproc)")" "$(rate stream 1)" "$(rate stream "$(nproc)")" \

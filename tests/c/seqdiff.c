@@ -3,14 +3,15 @@
  *
  * One seeded pseudo-random sequence of PKCS#11 calls (sessions, login, key objects, every
  * operation family in every call order, size queries, short buffers, bad handles, hostile
- * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*,
- * ECDH derivation, ML-KEM encapsulation, ML-DSA, ChaCha20-Poly1305, Ed25519, the security officer's PIN calls, C_LoginUser,
- * C_GetObjectSize, random numbers and seeds, cancellation) runs twice, each time in a child process with a
- * fresh keystore: once against the reference module's first token, once against the module
- * under test's slot.  The children write one line per call (function, CK_RV and the lengths it
- * wrote back); the parent compares the two traces line by line and reports the first line
- * where they differ, with the calls before it.  A child that crashes, or a CKR_GENERAL_ERROR
- * (what the module returns for a caught panic), fails the seed too.
+ * parameters, dual-function updates, saved operation state, recovery, C_VerifySignature*, ECDH
+ * derivation, ML-KEM encapsulation, ML-DSA, ChaCha20-Poly1305, Ed25519, the security officer's
+ * PIN calls, C_LoginUser, C_GetObjectSize, random numbers and seeds, cancellation) runs twice,
+ * each time in a child process with a fresh keystore: once against the reference module's
+ * first token, once against the module under test's slot.  The children write one line per
+ * call (function, CK_RV and the lengths it wrote back); the parent compares the two traces
+ * line by line and reports the first line where they differ, with the calls before it.  A
+ * child that crashes, or a CKR_GENERAL_ERROR (what the module returns for a caught panic),
+ * fails the seed too.
  *
  * Both children see the same calls: handles are kept in tables and chosen by index, so the
  * sequence does not depend on the handle values a module hands out.
@@ -209,7 +210,6 @@ static CK_BYTE iv[32], aad[32];
 static CK_GCM_PARAMS gcm;
 static CK_MECHANISM mech;
 
-/* kind: 0 encrypt/decrypt, 1 digest, 2 sign/verify */
 /* mech's parameter: `p`, with its whole length `len` `whole_pct` percent of the time and a
  * length cut short otherwise. */
 static void param(void *p, CK_ULONG len, unsigned whole_pct)
@@ -218,6 +218,7 @@ static void param(void *p, CK_ULONG len, unsigned whole_pct)
     mech.ulParameterLen = chance(whole_pct) ? len : below(len);
 }
 
+/* kind: 0 encrypt/decrypt, 1 digest, 2 sign/verify */
 static CK_MECHANISM *pick_mech(int kind)
 {
     memset(&mech, 0, sizeof mech);
@@ -588,7 +589,6 @@ static void do_wrap(void)
         keep_obj(h);
 }
 
-typedef CK_RV (*init_fn)(CK_SESSION_HANDLE, CK_MECHANISM *, CK_OBJECT_HANDLE);
 typedef CK_RV (*single_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG, CK_BYTE *, CK_ULONG *);
 typedef CK_RV (*update_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG, CK_BYTE *, CK_ULONG *);
 typedef CK_RV (*final_fn)(CK_SESSION_HANDLE, CK_BYTE *, CK_ULONG *);

@@ -23,8 +23,8 @@
  * Prints the calls before the first difference of each failing seed and a final
  * "N seeds passed, N failed" line; SEQDIFF_SHOW=1 also prints every trace of the module under
  * test on stderr.  Each child runs with the built-in default configuration (an empty
- * XDG_CONFIG_HOME, no OPENCF_CONF), so the metaslot routes to the softtoken and, for inputs of
- * 256 KiB and more, to the accelerator provider.
+ * XDG_CONFIG_HOME, no OPENCF_CONF), so the metaslot routes to the softtoken and, for large
+ * inputs (256 KiB and more; AES-CTR from 32 KiB), to the accelerator provider.
  */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -138,7 +138,7 @@ static void keep(CK_ULONG *t, unsigned n, CK_ULONG h)
 static void keep_obj(CK_OBJECT_HANDLE h) { keep(obj, NOBJ, h); }
 
 /* ---- buffers ---- */
-/* BIG: past the accelerator's smallest bulk operation (256 KiB in the built-in default), so
+/* BIG: past the accelerator's bulk thresholds (256 KiB, AES-CTR 32 KiB, in the built-in default), so
  * that with the default configuration the metaslot moves some operations there. */
 #define BIG (256 * 1024)
 static CK_BYTE data[BIG + 4096], buf[BIG + 8192], buf2[1024];

@@ -183,7 +183,7 @@ impl GcmKey {
     }
 
     /// A GCM context keyed and set to the pre-counter block `z`.
-    fn ctx(&self, z: u128, encrypt: bool) -> CkResult<CipherCtx> {
+    pub(crate) fn ctx(&self, z: u128, encrypt: bool) -> CkResult<CipherCtx> {
         let mut c = CipherCtx::new().map_err(ossl)?;
         let iv = Zeroizing::new(self.iv_for(z));
         if encrypt {

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::data::{aes_key, below, force_parts, pick, random};
+use common::data::{aes_key, below, ctr_gcm_from_start, force_parts, pick, random};
 use common::{module, start};
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
@@ -59,10 +59,17 @@ impl Kind {
         }
     }
 
-    /// A random AES-CTR (128 counter bits, random counter block) or AES-ECB.
+    /// A random AES-CTR (128 counter bits, random counter block; one in four with its low 32
+    /// bits a few thousand blocks before they wrap, where the GCM kernel's `inc32` stops) or
+    /// AES-ECB.
     fn random() -> Kind {
         if below(2) == 0 {
-            Kind::Ctr(128, random(16).try_into().unwrap())
+            let mut cb: [u8; 16] = random(16).try_into().unwrap();
+            if below(4) == 0 {
+                let low = u32::MAX - below(4096) as u32;
+                cb[12..].copy_from_slice(&low.to_be_bytes());
+            }
+            Kind::Ctr(128, cb)
         } else {
             Kind::Ecb
         }
@@ -214,7 +221,9 @@ fn bulk_here() -> bool {
 }
 
 /// Encrypts `pt` single-part and multi-part (random splits) through the provider, compares
-/// with OpenSSL, and decrypts back both ways, with `pieces` forced in turn.
+/// with OpenSSL, and decrypts back both ways, with `pieces` forced in turn; AES-CTR runs
+/// through the GCM kernel from the key's first byte in half the cases, else from its first
+/// megabyte.
 fn check(
     s: &Session,
     k: ObjectHandle,
@@ -225,6 +234,7 @@ fn check(
 ) {
     let want = openssl(kind, key, true, pt);
     let what = format!("{kind:?}, key {} B, data {} B", key.len(), pt.len());
+    ctr_gcm_from_start(below(2) == 0);
     for p in pieces {
         force_parts(*p);
         let ct = one(s, k, kind, true, pt).unwrap_or_else(|e| panic!("C_Encrypt ({what}): {e}"));
@@ -247,6 +257,7 @@ fn check(
         assert!(back == pt, "multi-part decryption ({what}, pieces {p:?})");
     }
     force_parts(None);
+    ctr_gcm_from_start(false);
 }
 
 #[test]
@@ -390,6 +401,8 @@ fn counter_bits_match_the_softtoken_and_openssl() {
         (32, counter(0x1234_5678_ffff_ffff), 1),
         (32, counter(0xffff_ff00), 256),
         (64, counter(u64::MAX - 1), 2),
+        // The low 32 bits wrap after 16 blocks, well inside the 64 counter bits.
+        (64, counter(0xffff_fff0), usize::MAX),
         (1, counter(1), 1),
         (1, counter(0xfffe), 2),
         (8, counter(0xf0), 16),
@@ -416,8 +429,14 @@ fn counter_bits_match_the_softtoken_and_openssl() {
             } else {
                 Err(RvError::DataLenRange)
             };
-            for parts in [None, Some(5)] {
+            for (parts, gcm) in [
+                (None, false),
+                (Some(5), false),
+                (None, true),
+                (Some(5), true),
+            ] {
                 force_parts(parts);
+                ctr_gcm_from_start(gcm);
                 let r =
                     same_as_softtoken(&s, &soft, &key, &what, |x, k| one(x, k, kind, true, &pt));
                 assert_eq!(r, want, "C_Encrypt: {what}");
@@ -452,6 +471,7 @@ fn counter_bits_match_the_softtoken_and_openssl() {
         }
     }
     force_parts(None);
+    ctr_gcm_from_start(false);
 }
 
 #[test]

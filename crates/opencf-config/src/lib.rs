@@ -48,12 +48,14 @@ pub const ACCEL_MODULE: &str = "libopencf_accel.so";
 /// "Bulk AES-GCM through the accelerator provider"); smaller ones go to the softtoken.
 pub const ACCEL_GCM_MIN_BYTES: u64 = 256 * 1024;
 /// `min_bytes` of `CKM_AES_CTR` on the accelerator provider in the built-in default: the
-/// smallest single-part AES-CTR operation its bulk engine runs faster than the softtoken,
-/// measured with `cfspeed --break-even` (docs/ACCEL.md, "AES-CTR and AES-ECB"); smaller ones
-/// go to the softtoken.
-pub const ACCEL_CTR_MIN_BYTES: u64 = 256 * 1024;
-/// `min_bytes` of `CKM_AES_ECB` on the accelerator provider in the built-in default, measured
-/// as [`ACCEL_CTR_MIN_BYTES`] is.
+/// smallest single-part AES-CTR operation that runs faster through slot 0 on the accelerator
+/// (its keystream from OpenSSL's GCM kernel, split across cores from 256 KiB) than on the
+/// softtoken, measured with `cfspeed --break-even` (docs/PERFORMANCE.md, "AES-CTR through the
+/// GCM kernel"); smaller ones go to the softtoken.
+pub const ACCEL_CTR_MIN_BYTES: u64 = 32 * 1024;
+/// `min_bytes` of `CKM_AES_ECB` on the accelerator provider in the built-in default: the
+/// smallest single-part AES-ECB operation its bulk engine runs faster than the softtoken,
+/// measured with `cfspeed --break-even` (docs/ACCEL.md, "AES-CTR and AES-ECB").
 pub const ACCEL_ECB_MIN_BYTES: u64 = 256 * 1024;
 /// Module file name of the softtoken provider.
 pub const SOFTTOKEN_MODULE: &str = "libopencf_softtoken.so";

@@ -31,6 +31,17 @@ pub fn force_parts(parts: Option<usize>) {
     }
 }
 
+/// Where AES-CTR keystreams come from in the provider: the GCM kernel from a key's first byte
+/// (`true`), or OpenSSL's AES-CTR until the key has run the provider's default of a megabyte
+/// (`false`). `$OPENCF_ACCEL_CTR_GCM_AFTER`, read at each call.
+pub fn ctr_gcm_from_start(yes: bool) {
+    if yes {
+        std::env::set_var("OPENCF_ACCEL_CTR_GCM_AFTER", "0");
+    } else {
+        std::env::remove_var("OPENCF_ACCEL_CTR_GCM_AFTER");
+    }
+}
+
 /// A session AES key for encryption and decryption, by value.
 pub fn aes_key(s: &Session, key: &[u8]) -> ObjectHandle {
     s.create_object(&[

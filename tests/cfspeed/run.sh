@@ -132,6 +132,16 @@ else
 fi
 expect "--break-even verdict" '^(min_bytes = [0-9]+|  ours is not faster than native.*)$' be.out
 
+# 7b. --update-size: each encryption multi-part (its output checked against OpenSSL's at
+#     setup, so a wrong result fails the run), and the table says so.
+if "$CFSPEED" CKM_AES_GCM CKM_AES_CTR --sizes 100000 --update-size 30000 --native --seconds 0.1 --runs 1 >upd.out 2>upd.err; then
+    ok "--update-size exits 0"
+else
+    fail "--update-size failed"; cat upd.err >&2
+fi
+expect "--update-size described" 'multi-part: C_EncryptUpdate of 30000 bytes at a time' upd.out
+expect "--update-size row" '^  ours +1 +[0-9,]+ ' upd.out
+
 # 8. --chart with another format is refused before measuring.
 if "$CFSPEED" CKM_SHA256 --chart x.png >png.out 2>&1; then fail "--chart x.png accepted"; else expect "--chart x.png refused" 'only SVG is written' png.out; fi
 

@@ -255,6 +255,8 @@ pub struct P11Target {
     template: Vec<Attribute>,
     /// Ciphers: give every thread after the first its own key object.
     pub key_per_thread: bool,
+    /// Ciphers: encrypt multi-part, `C_EncryptUpdate` of this many bytes at a time.
+    pub update_size: Option<usize>,
 }
 
 /// A template for a secret key the module creates (derive, encapsulate):
@@ -298,6 +300,7 @@ impl P11Target {
             sig: Vec::new(),
             template: Vec::new(),
             key_per_thread: false,
+            update_size: None,
         };
         let r = t.prepare(find_objects);
         r.map(|()| Some(t))
@@ -845,7 +848,24 @@ impl Target for P11Target {
                             self.key
                         };
                         let iv = vec![i as u8; c.iv_len()];
-                        (key, cipher_mechanism(c, &iv), vec![0x5a; size])
+                        let (mech, data) = (cipher_mechanism(c, &iv), vec![0x5a; size]);
+                        if let (Some(n), 0) = (self.update_size, i) {
+                            // The multi-part path gives OpenSSL's bytes too.
+                            let mut out = vec![0; size + PK_OUT];
+                            let got = self
+                                .module
+                                .raw
+                                .encrypt_parts(session.handle(), key, &mech, &data, n, &mut out)
+                                .map_err(|e| format!("{}: {e}", self.module.name))?;
+                            if out[..got] != reference_encrypt(c, &iv, &data)?[..] {
+                                return Err(format!(
+                                    "{}: {} multi-part output differs from OpenSSL's",
+                                    self.module.name,
+                                    c.name()
+                                ));
+                            }
+                        }
+                        (key, mech, data)
                     }
                     Call::Digest | Call::Pk(PkOp::Sign) if self.bench.sized() => {
                         (self.key, self.mech.clone(), vec![0x5a; size])
@@ -865,6 +885,7 @@ impl Target for P11Target {
                     template: self.template.clone(),
                     out: vec![0; size + PK_OUT],
                     found: [0; 16],
+                    update_size: self.update_size,
                 };
                 Ok(Box::new(w) as Box<dyn Worker>)
             })
@@ -887,6 +908,7 @@ struct P11Worker {
     template: Vec<Attribute>,
     out: Vec<u8>,
     found: [CK_OBJECT_HANDLE; 16],
+    update_size: Option<usize>,
 }
 
 impl Worker for P11Worker {
@@ -895,8 +917,11 @@ impl Worker for P11Worker {
         let r = match self.call {
             Call::Encrypt(_) => {
                 next_nonce(nonce_mut(&mut self.mech), &mut self.counter);
-                raw.crypt(false, h, k, &self.mech, &self.data, &mut self.out)
-                    .map(drop)
+                match self.update_size {
+                    Some(n) => raw.encrypt_parts(h, k, &self.mech, &self.data, n, &mut self.out),
+                    None => raw.crypt(false, h, k, &self.mech, &self.data, &mut self.out),
+                }
+                .map(drop)
             }
             Call::Digest => raw
                 .digest(h, &self.mech, &self.data, &mut self.out)

@@ -108,6 +108,36 @@ impl RawModule {
         }
     }
 
+    /// One multi-part encryption into `out` (large enough): `C_EncryptInit`,
+    /// `C_EncryptUpdate` of `update` bytes at a time (at least one call),
+    /// `C_EncryptFinal`. Returns the output length.
+    pub fn encrypt_parts(
+        &self,
+        session: CK_SESSION_HANDLE,
+        key: CK_OBJECT_HANDLE,
+        mech: &Mechanism,
+        data: &[u8],
+        update: usize,
+        out: &mut [u8],
+    ) -> Result<usize, CallError> {
+        let p = &self.provider;
+        at("C_EncryptInit", p.encrypt_init(session, mech, key))?;
+        let mut n = 0;
+        for part in data.chunks(update.max(1)) {
+            let mut o = OutBuf::new(Some(&mut out[n..]));
+            at("C_EncryptUpdate", p.encrypt_update(session, part, &mut o))?;
+            n += o.len();
+        }
+        if data.is_empty() {
+            let mut o = OutBuf::new(Some(&mut out[n..]));
+            at("C_EncryptUpdate", p.encrypt_update(session, data, &mut o))?;
+            n += o.len();
+        }
+        let mut o = OutBuf::new(Some(&mut out[n..]));
+        at("C_EncryptFinal", p.encrypt_final(session, &mut o))?;
+        Ok(n + o.len())
+    }
+
     /// One single-part digest: `C_DigestInit` + `C_Digest`.
     pub fn digest(
         &self,

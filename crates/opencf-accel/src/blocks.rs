@@ -412,7 +412,7 @@ impl BulkOp {
     /// `C_EncryptUpdate` / `C_DecryptUpdate`.
     pub fn update(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
         match self {
-            BulkOp::Gcm(op) => op.update(input, out),
+            BulkOp::Gcm(op) => op.update(bulk, input, out),
             BulkOp::Ctr(op) => op.update(bulk, input, out),
             BulkOp::Ecb(op) => op.update(bulk, input, out),
         }

@@ -352,7 +352,7 @@ pub fn seal(
     for (j, (tag, ez)) in tags.into_iter().zip(&e).enumerate() {
         let clen = size.min(n - j * size) as u64;
         after -= clen.div_ceil(16);
-        let u = tag ^ ez ^ gf::mul(gf::lengths(a(j).len() as u64, clen), k.h);
+        let u = part_value(k, tag, *ez, a(j).len() as u64, clen);
         s ^= gf::mul(u, k.powers.pow(after));
     }
     Ok(e[0] ^ s)
@@ -527,25 +527,55 @@ impl Bulk {
 }
 
 /// An active `C_Encrypt*` or `C_Decrypt*` operation with `CKM_AES_GCM`. Single-part calls
-/// run on the bulk engine. Multi-part encryption streams through one OpenSSL context in the
-/// caller's thread (started at the first update); multi-part decryption collects the input
-/// and runs it on the bulk engine at `C_DecryptFinal`, releasing nothing before the tag has
-/// verified (as the software token does).
+/// run on the bulk engine. Multi-part encryption runs in stretches of one OpenSSL context in
+/// the caller's thread, and updates large enough to split run in pieces on the bulk engine
+/// between them, all folded into one GHASH value ([`GcmOp::update`]); multi-part decryption
+/// collects the input and runs it on the bulk engine at `C_DecryptFinal`, releasing nothing
+/// before the tag has verified (as the software token does).
 pub struct GcmOp {
     key: Arc<GcmKey>,
     j0: u128,
     aad: Vec<u8>,
     tag_len: usize,
     encrypt: bool,
-    stream: Option<CipherCtx>,
+    /// Multi-part encryption: the stretch running in one OpenSSL context, if any.
+    stretch: Option<Stretch>,
+    /// Multi-part encryption: the stretches ended so far, folded ([`fold`]).
+    folded: u128,
+    /// Multi-part encryption: ciphertext bytes so far.
+    done: u64,
+    /// Multi-part encryption: the AAD has gone into a stretch or a piece.
+    aad_fed: bool,
     buffered: Zeroizing<Vec<u8>>,
     started: bool,
+}
+
+/// A run of a multi-part encryption in one OpenSSL GCM context: it starts at a block
+/// boundary, with the pre-counter block `z`, and holds the AAD if it is the first.
+struct Stretch {
+    ctx: CipherCtx,
+    z: u128,
+    aad_len: u64,
+    len: u64,
 }
 
 impl Drop for GcmOp {
     fn drop(&mut self) {
         self.j0.zeroize();
+        self.folded.zeroize();
     }
+}
+
+/// Appends a part to the GHASH value of the parts before it (Horner's rule): `s·H^b ⊕ u`,
+/// where `b` is the part's number of ciphertext blocks and `u = GHASH_H(Aⱼ ‖ Cⱼ)·H` its own
+/// value. After the last part, `s ⊕ L·H` is the message's GHASH and `E(J0) ⊕` it the tag.
+fn fold(k: &GcmKey, s: u128, u: u128, blocks: u64) -> u128 {
+    gf::mul(s, k.powers.pow(blocks)) ^ u
+}
+
+/// `u = GHASH_H(Aⱼ ‖ Cⱼ)·H` of a part from OpenSSL's full tag of it and `E(Zⱼ)`.
+fn part_value(k: &GcmKey, tag: u128, ez: u128, aad_len: u64, clen: u64) -> u128 {
+    tag ^ ez ^ gf::mul(gf::lengths(aad_len, clen), k.h)
 }
 
 impl GcmOp {
@@ -566,7 +596,10 @@ impl GcmOp {
             aad: aad.clone(),
             tag_len,
             encrypt,
-            stream: None,
+            stretch: None,
+            folded: 0,
+            done: 0,
+            aad_fed: false,
             buffered: Zeroizing::new(Vec::new()),
             started: false,
         })
@@ -618,12 +651,15 @@ impl GcmOp {
     }
 
     /// `C_EncryptUpdate` / `C_DecryptUpdate`.
-    pub fn update(&mut self, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+    pub fn update(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
         if self.encrypt {
+            if self.done + input.len() as u64 > MAX_DATA {
+                return Err(CKR_DATA_LEN_RANGE);
+            }
             let Some(buf) = out.reserve(input.len())? else {
                 return Ok(());
             };
-            stream(self.stream_ctx()?, input, buf)?;
+            self.encrypt_part(bulk, input, buf)?;
         } else if out.reserve(0)?.is_some() {
             // Nothing is released before the tag verifies.
             self.buffered
@@ -637,14 +673,94 @@ impl GcmOp {
         Ok(())
     }
 
-    /// The multi-part encryption context, made (with the AAD fed) on first use.
-    fn stream_ctx(&mut self) -> CkResult<&mut CipherCtx> {
-        if self.stream.is_none() {
-            let mut c = self.key.ctx(self.j0, true)?;
-            feed_aad(&mut c, &self.aad)?;
-            self.stream = Some(c);
+    /// One update of a multi-part encryption. A short one goes on in the running stretch (one
+    /// OpenSSL context, in the caller's thread). One the bulk engine would split is cut into
+    /// pieces as a single-part encryption is: the stretch first takes the bytes up to the
+    /// next block boundary and ends, the whole blocks run in pieces on several cores, and
+    /// what is left of the last block starts the next stretch. Each stretch and piece is
+    /// folded into the GHASH value when it ends, so the tag covers the whole message.
+    fn encrypt_part(&mut self, bulk: &Bulk, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+        let n = input.len();
+        let ticket = bulk.admit(n);
+        let size = piece_size(n, ticket.pieces);
+        if size >= n {
+            return self.stretch_feed(input, out);
         }
-        Ok(self.stream.as_mut().expect("made above"))
+        // Bytes up to the next block boundary, where the running stretch can end.
+        let head = (16 - (self.done % 16) as usize) % 16;
+        if head >= n {
+            return self.stretch_feed(input, out);
+        }
+        self.stretch_feed(&input[..head], &mut out[..head])?;
+        self.stretch_end()?;
+        let whole = (n - head) / 16 * 16;
+        let (i, tail_in) = input[head..].split_at(whole);
+        let (o, tail_out) = out[head..].split_at_mut(whole);
+        if whole > 0 {
+            let k = &*self.key;
+            let first = inc32(self.j0, self.done / 16);
+            let size = piece_size(whole, ticket.pieces);
+            let z = |j: usize| inc32(first, (j * size / 16) as u64);
+            let aad: &[u8] = if self.aad_fed { &[] } else { &self.aad };
+            let a = |j: usize| if j == 0 { aad } else { &[] };
+            let tags = in_pieces(bulk, ticket.threads - 1, size, i, o, |j, i, o| {
+                seal_part(k, z(j), a(j), i, o)
+            })?;
+            let e = k.ecb(&(0..tags.len()).map(z).collect::<Vec<_>>())?;
+            for (j, (tag, ez)) in tags.into_iter().zip(&e).enumerate() {
+                let clen = size.min(whole - j * size) as u64;
+                let u = part_value(k, tag, *ez, a(j).len() as u64, clen);
+                self.folded = fold(k, self.folded, u, clen / 16);
+            }
+            self.aad_fed = true;
+            self.done += whole as u64;
+        }
+        self.stretch_feed(tail_in, tail_out)
+    }
+
+    /// Runs `input` through the running stretch, starting one (at the next block, with the
+    /// AAD if none has gone out yet) if there is none.
+    fn stretch_feed(&mut self, input: &[u8], out: &mut [u8]) -> CkResult<()> {
+        if self.stretch.is_none() {
+            if input.is_empty() {
+                return Ok(());
+            }
+            self.stretch_start()?;
+        }
+        let st = self.stretch.as_mut().expect("started above");
+        stream(&mut st.ctx, input, out)?;
+        st.len += input.len() as u64;
+        self.done += input.len() as u64;
+        Ok(())
+    }
+
+    /// Starts a stretch at the current block (the caller keeps `done` at a block boundary
+    /// whenever no stretch runs).
+    fn stretch_start(&mut self) -> CkResult<()> {
+        let z = inc32(self.j0, self.done / 16);
+        let mut ctx = self.key.ctx(z, true)?;
+        let aad: &[u8] = if self.aad_fed { &[] } else { &self.aad };
+        feed_aad(&mut ctx, aad)?;
+        self.stretch = Some(Stretch {
+            ctx,
+            z,
+            aad_len: aad.len() as u64,
+            len: 0,
+        });
+        self.aad_fed = true;
+        Ok(())
+    }
+
+    /// Ends the running stretch, if any, and folds it in.
+    fn stretch_end(&mut self) -> CkResult<()> {
+        let Some(mut st) = self.stretch.take() else {
+            return Ok(());
+        };
+        let tag = full_tag(&mut st.ctx)?;
+        let ez = self.key.ecb(&[st.z])?[0];
+        let u = part_value(&self.key, tag, ez, st.aad_len, st.len);
+        self.folded = fold(&self.key, self.folded, u, st.len.div_ceil(16));
+        Ok(())
     }
 
     /// `C_EncryptFinal` / `C_DecryptFinal`.
@@ -654,7 +770,21 @@ impl GcmOp {
             let Some(buf) = out.reserve(tag_len)? else {
                 return Ok(());
             };
-            let t = Zeroizing::new(full_tag(self.stream_ctx()?)?.to_be_bytes());
+            if !self.aad_fed {
+                // No data: the tag covers the AAD alone.
+                self.stretch_start()?;
+            }
+            if let Some(st) = self.stretch.as_mut().filter(|st| st.z == self.j0) {
+                // One stretch from the first block: the whole message, whose tag OpenSSL has.
+                let t = Zeroizing::new(full_tag(&mut st.ctx)?.to_be_bytes());
+                self.stretch = None;
+                buf.copy_from_slice(&t[..tag_len]);
+                return Ok(());
+            }
+            self.stretch_end()?;
+            let k = &*self.key;
+            let l = gf::mul(gf::lengths(self.aad.len() as u64, self.done), k.h);
+            let t = Zeroizing::new((k.ecb(&[self.j0])?[0] ^ self.folded ^ l).to_be_bytes());
             buf.copy_from_slice(&t[..tag_len]);
             Ok(())
         } else {

@@ -127,8 +127,8 @@ pub struct Op {
     /// Input bytes of the multi-part calls so far (for the statistics).
     pub bytes: u64,
     /// Bound at init to the candidate for the smallest input although a `min_bytes` threshold
-    /// applies: a single-part call with more data may move it (see `route::meta_single`),
-    /// until a multi-part step has run.
+    /// applies: a single-part call or a first multi-part step with more data may move it
+    /// (see `route::meta_single`, `route::step_in`); once a multi-part step has run, it stays.
     pub eager: bool,
     /// For an eager operation: the smallest single-part input that an earlier candidate
     /// takes ([`crate::route::Route::move_at`]); below it the operation stays where it is.

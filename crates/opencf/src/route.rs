@@ -901,7 +901,8 @@ impl OpenCf {
     }
 
     /// Moves `op`, bound at init to candidate `from` for the smallest input, to the first of
-    /// the earlier candidates `want..from.idx` that takes a single-part input of `len` bytes.
+    /// the earlier candidates `want..from.idx` that takes a single-part input of `len` bytes
+    /// (a single-part call, or the first step of a multi-part operation, of that length).
     /// The operation is started there before it leaves `from`: when no earlier candidate takes
     /// it (the key destroyed since the init, which the application may do; a clone refused;
     /// a busy provider), or `from` cannot cancel, it runs where the init bound it, as the
@@ -959,7 +960,22 @@ impl OpenCf {
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         if op.bound.is_none() {
-            self.bind(ms, kind, &mut op, ALL, None)?;
+            // Binding waited for the data: the first step's length decides, as a single-part
+            // call's would.
+            self.bind(ms, kind, &mut op, ALL, Some(len))?;
+        }
+        // The first step of an operation bound at init for the smallest input: nothing has run
+        // yet, so an input that reaches an earlier candidate's threshold moves it there, as a
+        // single-part call of that length would ([`OpenCf::move_op`]).
+        if let (true, Some(b)) = (op.eager, op.bound) {
+            if len > 0 && len as u64 >= op.move_at {
+                if let Ok(route) = self.route(op.mech, kind) {
+                    let want = route.first_for_len(len);
+                    if want < b.idx {
+                        self.move_op(ms, kind, &mut op, b, want, len);
+                    }
+                }
+            }
         }
         // The provider has seen a multi-part step: the operation stays with it, and a later
         // single-part call gets its answer (`CKR_OPERATION_ACTIVE` from a provider that

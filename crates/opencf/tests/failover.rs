@@ -625,16 +625,33 @@ fn threshold_binds_at_init_and_moves_large_inputs() {
         Err(Error::Pkcs11(RvError::KeyFunctionNotPermitted, _)) => {}
         r => panic!("C_EncryptInit with a key without CKA_ENCRYPT: {r:?}"),
     }
-    // A multi-part operation stays where the init bound it.
-    let s1 = ops("softtoken");
+    // A multi-part operation whose first update reaches the threshold moves like a
+    // single-part call (nothing has run yet); one whose first update is short stays where the
+    // init bound it, whatever comes after.
+    let (f1, s1) = (ops("faulty"), ops("softtoken"));
     s.encrypt_init(&Mechanism::AesEcb, k.aes).unwrap();
     let mut out = s.encrypt_update(&long).unwrap();
+    out.extend(s.encrypt_update(&short).unwrap());
     out.extend(s.encrypt_final().unwrap());
-    assert_eq!(out, c, "multi-part equals single-part");
+    let mut both = long.to_vec();
+    both.extend(short);
+    let c_both = s.encrypt(&Mechanism::AesEcb, k.aes, &both).unwrap();
+    assert_eq!(out, c_both, "multi-part equals single-part");
     assert_eq!(
-        ops("softtoken") - s1,
-        1,
-        "multi-part ran in the software token"
+        (ops("faulty") - f1, ops("softtoken") - s1),
+        (2, 0),
+        "a long first update moved the multi-part operation to the faulty provider"
+    );
+    let (f1, s1) = (ops("faulty"), ops("softtoken"));
+    s.decrypt_init(&Mechanism::AesEcb, k.aes).unwrap();
+    let mut back = s.decrypt_update(&out[..16]).unwrap();
+    back.extend(s.decrypt_update(&out[16..]).unwrap());
+    back.extend(s.decrypt_final().unwrap());
+    assert_eq!(back, both, "decrypted in two steps");
+    assert_eq!(
+        (ops("faulty") - f1, ops("softtoken") - s1),
+        (0, 1),
+        "a short first update kept the multi-part operation in the software token"
     );
     // The key destroyed between the init and a long single-part call: the operation cannot
     // move (the faulty provider would need a clone of a key that is gone), so it runs where

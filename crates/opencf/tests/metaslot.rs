@@ -492,6 +492,41 @@ fn min_bytes_threshold() {
         0,
         "128 bytes ran in the softtoken"
     );
+    // SoftHSMv2 (PKCS#11 2.40) cannot cancel an operation, so binding waits for the data:
+    // a multi-part operation binds at its first update by that update's length, and stays.
+    let mut both = short.to_vec();
+    both.extend(long);
+    let multi = |k, first: usize| {
+        s.encrypt_init(&Mechanism::AesEcb, k).unwrap();
+        let mut out = s.encrypt_update(&both[..first]).unwrap();
+        out.extend(s.encrypt_update(&both[first..]).unwrap());
+        out.extend(s.encrypt_final().unwrap());
+        out
+    };
+    let short_first = aes_key(&s, b"short-first");
+    let long_first = aes_key(&s, b"long-first");
+    let a = multi(short_first, 16);
+    let b = multi(long_first, 144);
+    assert_eq!(
+        hsm_objects(&p, ObjectClass::SECRET_KEY, b"short-first"),
+        1,
+        "a 16-byte first update bound the operation to SoftHSM"
+    );
+    assert_eq!(
+        hsm_objects(&p, ObjectClass::SECRET_KEY, b"long-first"),
+        0,
+        "a 144-byte first update bound it to the softtoken"
+    );
+    assert_eq!(
+        s.encrypt(&Mechanism::AesEcb, short_first, &both).unwrap(),
+        a,
+        "multi-part in SoftHSM equals single-part"
+    );
+    assert_eq!(
+        s.encrypt(&Mechanism::AesEcb, long_first, &both).unwrap(),
+        b,
+        "multi-part in the softtoken equals single-part"
+    );
     drop(s);
     p.finalize().unwrap();
 }

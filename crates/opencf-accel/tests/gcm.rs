@@ -398,6 +398,43 @@ fn multi_part_matches_openssl() {
     force_parts(None);
 }
 
+/// Multi-part encryptions on three threads at once, each in its own session, with large
+/// updates: their pieces share the provider's pool (and its count of operations in flight),
+/// and every message still equals OpenSSL's.
+#[test]
+fn concurrent_multi_part_matches_openssl() {
+    let Some((_g, _s)) = start(bulk_here) else {
+        return;
+    };
+    force_parts(None);
+    std::thread::scope(|sc| {
+        for t in 0..3 {
+            sc.spawn(move || {
+                let s = common::session();
+                for m in 0..6 {
+                    let key = random(pick(&[16, 32]));
+                    let k = aes_key(&s, &key);
+                    let mut iv = random(12);
+                    let aad = random(below(40));
+                    let pt = random(300_000 + below(900_000));
+                    let want = openssl_seal(&key, &iv, &aad, &pt, 16);
+                    s.encrypt_init(&mech(&mut iv, &aad, 128), k).unwrap();
+                    let mut got = Vec::new();
+                    let mut rest = &pt[..];
+                    while !rest.is_empty() {
+                        let n = pick(&[1000, 262_144 + below(64), 400_000]).min(rest.len());
+                        let (a, b) = rest.split_at(n);
+                        got.extend(s.encrypt_update(a).unwrap());
+                        rest = b;
+                    }
+                    got.extend(s.encrypt_final().unwrap());
+                    assert!(got == want, "thread {t}, message {m}: equals OpenSSL's");
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn bad_input_gets_error_codes() {
     let Some((_g, s)) = start(bulk_here) else {

@@ -33,7 +33,7 @@
 //! token's (`crates/opencf-softtoken/src/mech/sym.rs`), so that an application sees the same
 //! whichever provider runs the operation.
 
-use crate::gcm::{aes_ciphers, in_pieces, ossl, piece_size, stream, Bulk, GcmKey, GcmOp};
+use crate::gcm::{aes_ciphers, in_pieces, inc32, ossl, piece_size, stream, Bulk, GcmKey, GcmOp};
 use crate::mech::no_param;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
@@ -141,7 +141,13 @@ fn ctr_piece(
     mut out: &mut [u8],
 ) -> CkResult<()> {
     let Some(g) = gcm else {
-        return ctr_stretch(k, counter, skip, input, out);
+        if input.is_empty() {
+            return Ok(());
+        }
+        let mut c = CipherCtx::new().map_err(ossl)?;
+        c.encrypt_init(Some(&k.ctr), Some(&k.key), Some(&counter.to_be_bytes()))
+            .map_err(ossl)?;
+        return keystream(c, skip, input, out);
     };
     while !input.is_empty() {
         // Counter blocks left before the low 32 bits wrap (inc32 does not carry).
@@ -150,7 +156,9 @@ fn ctr_piece(
         let take = room.min(input.len());
         let (i, rest_in) = input.split_at(take);
         let (o, rest_out) = std::mem::take(&mut out).split_at_mut(take);
-        gcm_stretch(g, counter, skip, i, o)?;
+        // A GCM encryption's first counter block is inc32 of its pre-counter block.
+        let z = inc32(counter, u64::from(u32::MAX));
+        keystream(g.ctx(z, true)?, skip, i, o)?;
         (input, out) = (rest_in, rest_out);
         counter = counter.wrapping_add(u128::from(blocks));
         skip = 0;
@@ -158,48 +166,15 @@ fn ctr_piece(
     Ok(())
 }
 
-/// OpenSSL's AES-CTR from counter block `counter`, `skip` bytes of keystream thrown away.
-fn ctr_stretch(
-    k: &AesKey,
-    counter: u128,
-    skip: usize,
-    input: &[u8],
-    out: &mut [u8],
-) -> CkResult<()> {
-    if input.is_empty() {
-        return Ok(());
-    }
-    let mut c = CipherCtx::new().map_err(ossl)?;
-    c.encrypt_init(Some(&k.ctr), Some(&k.key), Some(&counter.to_be_bytes()))
-        .map_err(ossl)?;
-    throw_away(&mut c, skip)?;
-    stream(&mut c, input, out)
-}
-
-/// The same keystream through OpenSSL's GCM encryption: its first counter block is
-/// `inc32(z) = counter`. The caller keeps the stretch within one run of the low 32 bits.
-fn gcm_stretch(
-    g: &GcmKey,
-    counter: u128,
-    skip: usize,
-    input: &[u8],
-    out: &mut [u8],
-) -> CkResult<()> {
-    let low = u128::from((counter as u32).wrapping_sub(1));
-    let z = (counter & !u128::from(u32::MAX)) | low;
-    let mut c = g.ctx(z, true)?;
-    throw_away(&mut c, skip)?;
-    stream(&mut c, input, out)
-}
-
-/// Steps a keystream context `skip` bytes (less than a block) on.
-fn throw_away(c: &mut CipherCtx, skip: usize) -> CkResult<()> {
+/// Runs `input` through the keystream context `c` into `out`, after stepping it `skip` bytes
+/// (less than a block) on.
+fn keystream(mut c: CipherCtx, skip: usize, input: &[u8], out: &mut [u8]) -> CkResult<()> {
     if skip > 0 {
         let mut waste = Zeroizing::new([0u8; 16]);
         c.cipher_update(&[0u8; 16][..skip], Some(&mut waste[..skip]))
             .map_err(ossl)?;
     }
-    Ok(())
+    stream(&mut c, input, out)
 }
 
 /// An active `C_Encrypt*` or `C_Decrypt*` operation with `CKM_AES_CTR` (both directions are

@@ -202,7 +202,7 @@ impl GcmKey {
 }
 
 /// `inc32` applied `k` times: the low 32 bits step modulo 2³², the rest stays.
-fn inc32(z: u128, k: u64) -> u128 {
+pub(crate) fn inc32(z: u128, k: u64) -> u128 {
     let low = (z as u32).wrapping_add(k as u32);
     (z & !u128::from(u32::MAX)) | u128::from(low)
 }
@@ -341,21 +341,38 @@ pub fn seal(
     if size >= n {
         return seal_part(k, j0, aad, input, out);
     }
-    let z = |j: usize| inc32(j0, (j * size / 16) as u64);
+    let (s, ej0) = seal_pieces(t, k, j0, aad, size, input, out, 0)?;
+    Ok(ej0 ^ s ^ gf::mul(gf::lengths(aad.len() as u64, n as u64), k.h))
+}
+
+/// Encrypts `input` into `out` (the same length) in pieces of `size` bytes (whole blocks,
+/// except the last) on up to `t.threads` threads, the keystream from the pre-counter block
+/// `first` and `aad` in the first piece, and folds each piece into the GHASH value `s` of the
+/// parts before ([`fold`]). Returns the new value and `E(first)`.
+#[allow(clippy::too_many_arguments)]
+fn seal_pieces(
+    t: &BulkTicket,
+    k: &GcmKey,
+    first: u128,
+    aad: &[u8],
+    size: usize,
+    input: &[u8],
+    out: &mut [u8],
+    mut s: u128,
+) -> CkResult<(u128, u128)> {
+    let n = input.len();
+    let z = |j: usize| inc32(first, (j * size / 16) as u64);
     let a = |j: usize| if j == 0 { aad } else { &[] };
     let tags = in_pieces(t.bulk, t.threads - 1, size, input, out, |j, i, o| {
         seal_part(k, z(j), a(j), i, o)
     })?;
     let e = k.ecb(&(0..tags.len()).map(z).collect::<Vec<_>>())?;
-    let mut s = gf::mul(gf::lengths(aad.len() as u64, n as u64), k.h);
-    let mut after = n.div_ceil(16) as u64;
     for (j, (tag, ez)) in tags.into_iter().zip(&e).enumerate() {
         let clen = size.min(n - j * size) as u64;
-        after -= clen.div_ceil(16);
         let u = part_value(k, tag, *ez, a(j).len() as u64, clen);
-        s ^= gf::mul(u, k.powers.pow(after));
+        s = fold(k, s, u, clen.div_ceil(16));
     }
-    Ok(e[0] ^ s)
+    Ok((s, e[0]))
 }
 
 /// AES-GCM decryption of `input` (the ciphertext, without its tag) into `out` (the same
@@ -697,25 +714,23 @@ impl GcmOp {
         let (i, tail_in) = input[head..].split_at(whole);
         let (o, tail_out) = out[head..].split_at_mut(whole);
         if whole > 0 {
-            let k = &*self.key;
             let first = inc32(self.j0, self.done / 16);
             let size = piece_size(whole, ticket.pieces);
-            let z = |j: usize| inc32(first, (j * size / 16) as u64);
-            let aad: &[u8] = if self.aad_fed { &[] } else { &self.aad };
-            let a = |j: usize| if j == 0 { aad } else { &[] };
-            let tags = in_pieces(bulk, ticket.threads - 1, size, i, o, |j, i, o| {
-                seal_part(k, z(j), a(j), i, o)
-            })?;
-            let e = k.ecb(&(0..tags.len()).map(z).collect::<Vec<_>>())?;
-            for (j, (tag, ez)) in tags.into_iter().zip(&e).enumerate() {
-                let clen = size.min(whole - j * size) as u64;
-                let u = part_value(k, tag, *ez, a(j).len() as u64, clen);
-                self.folded = fold(k, self.folded, u, clen / 16);
-            }
+            let (k, aad) = (&*self.key, self.aad_left());
+            (self.folded, _) = seal_pieces(&ticket, k, first, aad, size, i, o, self.folded)?;
             self.aad_fed = true;
             self.done += whole as u64;
         }
         self.stretch_feed(tail_in, tail_out)
+    }
+
+    /// The AAD if it has not gone into a stretch or a piece yet, else nothing.
+    fn aad_left(&self) -> &[u8] {
+        if self.aad_fed {
+            &[]
+        } else {
+            &self.aad
+        }
     }
 
     /// Runs `input` through the running stretch, starting one (at the next block, with the
@@ -739,7 +754,7 @@ impl GcmOp {
     fn stretch_start(&mut self) -> CkResult<()> {
         let z = inc32(self.j0, self.done / 16);
         let mut ctx = self.key.ctx(z, true)?;
-        let aad: &[u8] = if self.aad_fed { &[] } else { &self.aad };
+        let aad = self.aad_left();
         feed_aad(&mut ctx, aad)?;
         self.stretch = Some(Stretch {
             ctx,

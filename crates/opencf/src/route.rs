@@ -864,15 +864,12 @@ impl OpenCf {
                 start = b.idx + 1;
                 failed = Some(e);
             }
-            if let (true, Some(b)) = (op.eager, op.bound) {
-                let want = self.route(op.mech, kind)?.first_for_len(len);
-                if want < b.idx {
-                    // The input reaches an earlier candidate's threshold: move the operation.
-                    let mut op = msr.ops[kind as usize].take().expect("active");
-                    self.move_op(ms, kind, &mut op, b, want, len);
-                    ms.ops[kind as usize] = Some(op);
-                    continue;
-                }
+            if let Some((b, want)) = self.move_target(op, kind, len)? {
+                // The input reaches an earlier candidate's threshold: move the operation.
+                let mut op = msr.ops[kind as usize].take().expect("active");
+                self.move_op(ms, kind, &mut op, b, want, len);
+                ms.ops[kind as usize] = Some(op);
+                continue;
             }
             let Some(b) = op.bound else {
                 let mut op = msr.ops[kind as usize].take().expect("active");
@@ -898,6 +895,16 @@ impl OpenCf {
                 }
             }
         }
+    }
+
+    /// For an operation bound at init for the smallest input (eager): where it is bound, and
+    /// the earlier candidate an input of `len` bytes reaches the threshold of, if any.
+    fn move_target(&self, op: &Op, kind: OpKind, len: usize) -> CkResult<Option<(Bound, usize)>> {
+        let Some(b) = op.bound.filter(|_| op.eager) else {
+            return Ok(None);
+        };
+        let want = self.route(op.mech, kind)?.first_for_len(len);
+        Ok((want < b.idx).then_some((b, want)))
     }
 
     /// Moves `op`, bound at init to candidate `from` for the smallest input, to the first of
@@ -967,15 +974,8 @@ impl OpenCf {
         // The first step of an operation bound at init for the smallest input: nothing has run
         // yet, so an input that reaches an earlier candidate's threshold moves it there, as a
         // single-part call of that length would ([`OpenCf::move_op`]).
-        if let (true, Some(b)) = (op.eager, op.bound) {
-            if len > 0 && len as u64 >= op.move_at {
-                if let Ok(route) = self.route(op.mech, kind) {
-                    let want = route.first_for_len(len);
-                    if want < b.idx {
-                        self.move_op(ms, kind, &mut op, b, want, len);
-                    }
-                }
-            }
+        if let Ok(Some((b, want))) = self.move_target(&op, kind, len) {
+            self.move_op(ms, kind, &mut op, b, want, len);
         }
         // The provider has seen a multi-part step: the operation stays with it, and a later
         // single-part call gets its answer (`CKR_OPERATION_ACTIVE` from a provider that

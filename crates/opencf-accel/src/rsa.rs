@@ -31,6 +31,8 @@ pub const SIZES: [usize; 3] = [2048, 3072, 4096];
 const BLINDING_USES: u32 = 32;
 /// Independent blinding states per key, so that threads using one key rarely wait.
 const BLINDING_SLOTS: usize = 4;
+/// Fresh blinding states drawn at once, sharing one inversion.
+const FRESH_BATCH: usize = 8;
 
 /// `(A·R, A⁻¹·R) mod n` with `A = r^e` for a random `r`.
 struct Blinding {
@@ -91,6 +93,8 @@ pub struct RsaKey {
     nm: Mont,
     n_bn: BigNum,
     blinding: Vec<Mutex<Option<Blinding>>>,
+    /// Fresh blinding states not used yet ([`RsaKey::fresh_blinding`]).
+    fresh: Mutex<Vec<Blinding>>,
     next: AtomicUsize,
     /// The modulus with exponents 1 (no primes): OpenSSL's padding code applied to a value
     /// without exponentiation (see `mech.rs`).
@@ -117,6 +121,13 @@ fn bn(b: &[u8]) -> CkResult<BigNum> {
     BigNum::from_slice(b).map_err(|_| CKR_HOST_MEMORY)
 }
 
+/// A secret value: OpenSSL's divisions and inversions take their constant-time paths with it.
+fn secret(b: &[u8]) -> CkResult<BigNum> {
+    let mut x = bn(b)?;
+    x.set_const_time();
+    Ok(x)
+}
+
 impl RsaKey {
     /// Converts a key. A key the engine cannot serve (size other than 2048/3072/4096 bits,
     /// primes not of half the modulus size, inconsistent values) is `CKR_KEY_SIZE_RANGE`, a
@@ -125,11 +136,11 @@ impl RsaKey {
         let err = |_| CKR_KEY_SIZE_RANGE;
         let n = bn(parts.n)?;
         let e = bn(parts.e)?;
-        let p = bn(parts.p)?;
-        let q = bn(parts.q)?;
-        let dp = bn(parts.dp)?;
-        let dq = bn(parts.dq)?;
-        let qinv = bn(parts.qinv)?;
+        let p = secret(parts.p)?;
+        let q = secret(parts.q)?;
+        let dp = secret(parts.dp)?;
+        let dq = secret(parts.dq)?;
+        let qinv = secret(parts.qinv)?;
         let bits = n.num_bits() as usize;
         let half = bits / 2;
         if !SIZES.contains(&bits)
@@ -180,6 +191,7 @@ impl RsaKey {
             nm: Mont::new(&n, bits / 64).map_err(err)?,
             n_bn: n,
             blinding: (0..BLINDING_SLOTS).map(|_| Mutex::new(None)).collect(),
+            fresh: Mutex::new(Vec::new()),
             next: AtomicUsize::new(0),
             identity,
             public: openssl.rsa().map_err(|_| CKR_FUNCTION_FAILED)?,
@@ -205,6 +217,7 @@ impl RsaKey {
         p1.sub_word(1)?;
         q1.sub_word(1)?;
         let mut phi = BigNum::new()?;
+        phi.set_const_time();
         phi.checked_mul(&p1, &q1, ctx)?;
         let mut d = BigNum::new()?;
         d.mod_inverse(e, &phi, ctx)?;
@@ -250,23 +263,82 @@ impl RsaKey {
         &self.openssl
     }
 
+    /// A fresh blinding state, from the key's pool; an empty pool is refilled with
+    /// [`FRESH_BATCH`] states at once.
     fn fresh_blinding(&self) -> CkResult<Blinding> {
+        let mut pool = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.is_empty() {
+            *pool = self.fresh_blindings(FRESH_BATCH)?;
+        }
+        pool.pop().ok_or(CKR_FUNCTION_FAILED)
+    }
+
+    /// `count` fresh blinding states `(A·R, r⁻¹·R)`, `A = r^e`, for random `r`.
+    ///
+    /// The inverses come from one inversion (Montgomery's trick): the product of all the
+    /// `r` and of one more random factor `s` is inverted, then each `r⁻¹` is the inverse of
+    /// the product times the product of the others. OpenSSL's inversion takes a time that
+    /// depends on its input; the number it inverts is uniformly random and independent of
+    /// each `r` (the factor `s` is never used again), so that time tells nothing about them.
+    fn fresh_blindings(&self, count: usize) -> CkResult<Vec<Blinding>> {
         let fail = |_| CKR_FUNCTION_FAILED;
+        let nm = &self.nm;
         let mut ctx = BigNumContext::new().map_err(fail)?;
+        let random = || -> CkResult<BigNum> {
+            loop {
+                let mut r = BigNum::new().map_err(fail)?;
+                self.n_bn.rand_range(&mut r).map_err(fail)?;
+                if r.num_bits() >= 2 {
+                    return Ok(r);
+                }
+            }
+        };
+        let mut one = vec![0u64; nm.limbs()];
+        one[0] = 1;
         loop {
-            let mut r = BigNum::new().map_err(fail)?;
-            self.n_bn.rand_range(&mut r).map_err(fail)?;
-            let mut ai = BigNum::new().map_err(fail)?;
-            if r.num_bits() < 2 || ai.mod_inverse(&r, &self.n_bn, &mut ctx).is_err() {
+            let mut rs = Vec::with_capacity(count);
+            let mut rm = Vec::with_capacity(count);
+            for _ in 0..count {
+                let mut r = random()?;
+                rm.push(nm.to_mont_bn(&r).map_err(fail)?);
+                rs.push(Zeroizing::new(
+                    r.to_vec_padded(self.k as i32).map_err(fail)?,
+                ));
+                r.clear();
+            }
+            // prefix[i] = s·r_0⋯r_(i−1)·R.
+            let mut s = random()?;
+            let mut prefix = vec![nm.to_mont_bn(&s).map_err(fail)?];
+            s.clear();
+            for r in &rm {
+                let next = nm.mul(&prefix[prefix.len() - 1], r);
+                prefix.push(next);
+            }
+            let total = Zeroizing::new(be_from_words(&nm.mul(&prefix[count], &one), self.k));
+            let mut total = bn(&total)?;
+            let mut inv = BigNum::new().map_err(fail)?;
+            let inverted = inv.mod_inverse(&total, &self.n_bn, &mut ctx).is_ok();
+            total.clear();
+            if !inverted {
+                // A factor shares a prime with n: draw again (probability about 2^-1000).
                 continue;
             }
-            let r = Zeroizing::new(r.to_vec_padded(self.k as i32).map_err(fail)?);
-            let a = bn(&self.public_op(&r)?)?;
-            return Ok(Blinding {
-                a: self.nm.to_mont_bn(&a).map_err(fail)?,
-                ai: self.nm.to_mont_bn(&ai).map_err(fail)?,
-                uses: 0,
-            });
+            // w = (s·r_0⋯r_(i))⁻¹·R, from i = count − 1 down.
+            let mut w = nm.to_mont_bn(&inv).map_err(fail)?;
+            inv.clear();
+            let mut out = Vec::with_capacity(count);
+            for i in (0..count).rev() {
+                let ai = nm.mul(&w, &prefix[i]);
+                w = nm.mul(&w, &rm[i]);
+                let mut a = bn(&self.public_op(&rs[i])?)?;
+                out.push(Blinding {
+                    a: nm.to_mont_bn(&a).map_err(fail)?,
+                    ai,
+                    uses: 0,
+                });
+                a.clear();
+            }
+            return Ok(out);
         }
     }
 
@@ -403,4 +475,40 @@ pub fn parts_of(rsa: &Rsa<Private>) -> Option<[Vec<u8>; 7]> {
 pub fn from_openssl(rsa: &Rsa<Private>) -> CkResult<RsaKey> {
     let p = parts_of(rsa).ok_or(CKR_KEY_SIZE_RANGE)?;
     RsaKey::new(&RsaParts::from_array(&p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every fresh state is a matching pair `(r^e·R, r⁻¹·R)`: `A·(r⁻¹)^e = 1 mod n`, and no
+    /// two states of a batch are alike.
+    #[test]
+    fn fresh_blindings_are_inverse_pairs() {
+        let rsa = Rsa::generate(2048).unwrap();
+        let key = from_openssl(&rsa).unwrap();
+        let mut ctx = BigNumContext::new().unwrap();
+        let mut one = vec![0u64; key.nm.limbs()];
+        one[0] = 1;
+        let plain = |x: &[u64]| bn(&be_from_words(&key.nm.mul(x, &one), key.k)).unwrap();
+        for count in [1, 2, FRESH_BATCH] {
+            let states = key.fresh_blindings(count).unwrap();
+            assert_eq!(states.len(), count);
+            for (i, b) in states.iter().enumerate() {
+                let mut ai_e = BigNum::new().unwrap();
+                ai_e.mod_exp(&plain(&b.ai), rsa.e(), rsa.n(), &mut ctx)
+                    .unwrap();
+                let mut prod = BigNum::new().unwrap();
+                prod.mod_mul(&ai_e, &plain(&b.a), rsa.n(), &mut ctx)
+                    .unwrap();
+                assert_eq!(prod, BigNum::from_u32(1).unwrap(), "state {i} of {count}");
+                assert!(states[..i].iter().all(|o| o.ai[..] != b.ai[..]));
+            }
+        }
+        // The pool hands them out one at a time and refills itself.
+        for _ in 0..FRESH_BATCH + 1 {
+            key.fresh_blinding().unwrap();
+        }
+        assert_eq!(key.fresh.lock().unwrap().len(), FRESH_BATCH - 1);
+    }
 }

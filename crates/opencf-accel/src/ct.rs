@@ -110,44 +110,49 @@ impl Mont {
         Ok(self.mul(&w, &self.rr))
     }
 
-    /// `a·b·R⁻¹ mod m`, fully reduced, for `a, b < m` (CIOS). The scratch lives on the
-    /// stack (moduli of up to [`MAX_LIMBS`] limbs) and is wiped on return.
+    /// `x − m` if `top·R + x ≥ m`, else `x` (`top` is 0 or 1; the value is below `2m`).
+    fn sub_if_ge(&self, x: &[u64], top: u64) -> Zeroizing<Vec<u64>> {
+        let n = self.limbs();
+        let mut diff = Zeroizing::new([0u64; MAX_LIMBS]);
+        let d = &mut diff[..n];
+        let borrow = sub(x, &self.m, d);
+        let (_, under) = top.overflowing_sub(borrow);
+        let mut out = Zeroizing::new(vec![0u64; n]);
+        select(u64::from(under), d, x, &mut out);
+        out
+    }
+
+    /// `a·b·R⁻¹ mod m`, fully reduced, for `a < R` and `b < m` (word-by-word Montgomery
+    /// multiplication, the product and the reduction of each word in one loop with two
+    /// independent carry chains). The scratch lives on the stack (moduli of up to
+    /// [`MAX_LIMBS`] limbs) and is wiped on return.
     #[allow(clippy::needless_range_loop)] // the limb loops are clearest with indices
     pub fn mul(&self, a: &[u64], b: &[u64]) -> Zeroizing<Vec<u64>> {
         let n = self.limbs();
         let (a, b, m) = (&a[..n], &b[..n], &self.m[..n]);
-        let mut scratch = Zeroizing::new([0u64; MAX_LIMBS + 2]);
-        let t = &mut scratch[..n + 2];
+        let mut scratch = Zeroizing::new([0u64; MAX_LIMBS + 1]);
+        let t = &mut scratch[..n + 1];
         for i in 0..n {
-            let mut c = 0u64;
-            for j in 0..n {
-                let s = u128::from(t[j]) + u128::from(a[j]) * u128::from(b[i]) + u128::from(c);
-                t[j] = s as u64;
-                c = (s >> 64) as u64;
-            }
-            let s = u128::from(t[n]) + u128::from(c);
-            t[n] = s as u64;
-            t[n + 1] = (s >> 64) as u64;
-            let y = t[0].wrapping_mul(self.m0);
-            let s = u128::from(t[0]) + u128::from(y) * u128::from(m[0]);
-            let mut c = (s >> 64) as u64;
+            let bi = u128::from(b[i]);
+            let s = u128::from(t[0]) + u128::from(a[0]) * bi;
+            let y = (s as u64).wrapping_mul(self.m0);
+            let yy = u128::from(y);
+            // The low word of s + y·m_0 is zero by the choice of y.
+            let r = u128::from(s as u64) + yy * u128::from(m[0]);
+            let (mut c1, mut c2) = ((s >> 64) as u64, (r >> 64) as u64);
             for j in 1..n {
-                let s = u128::from(t[j]) + u128::from(y) * u128::from(m[j]) + u128::from(c);
-                t[j - 1] = s as u64;
-                c = (s >> 64) as u64;
+                let s = u128::from(t[j]) + u128::from(a[j]) * bi + u128::from(c1);
+                let r = u128::from(s as u64) + yy * u128::from(m[j]) + u128::from(c2);
+                c1 = (s >> 64) as u64;
+                c2 = (r >> 64) as u64;
+                t[j - 1] = r as u64;
             }
-            let s = u128::from(t[n]) + u128::from(c);
+            let s = u128::from(t[n]) + u128::from(c1) + u128::from(c2);
             t[n - 1] = s as u64;
-            t[n] = t[n + 1] + (s >> 64) as u64;
+            t[n] = (s >> 64) as u64;
         }
         // t < 2m: subtract m once unless that borrows out of the top limb.
-        let mut diff = Zeroizing::new([0u64; MAX_LIMBS]);
-        let d = &mut diff[..n];
-        let borrow = sub(&t[..n], m, d);
-        let (_, under) = t[n].overflowing_sub(borrow);
-        let mut out = Zeroizing::new(vec![0u64; n]);
-        select(u64::from(under), d, &t[..n], &mut out);
-        out
+        self.sub_if_ge(&t[..n], t[n])
     }
 }
 

@@ -435,20 +435,22 @@ impl RsaKey {
     /// The raw private operation `c^d mod n` on `kind`, without the scheduler.
     pub fn private_raw(&self, kind: Kind, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
         let pend = self.begin(c)?;
-        let r = engine::half_exps(
-            kind,
-            &[
-                Job {
-                    prime: &self.p,
-                    base: &pend.base_p,
-                },
-                Job {
-                    prime: &self.q,
-                    base: &pend.base_q,
-                },
-            ],
-        );
+        let r = engine::half_exps(kind, &self.jobs(&pend));
         self.finish(&pend, &r[0], &r[1])
+    }
+
+    /// The two half-exponentiations of an operation begun with [`RsaKey::begin`].
+    pub fn jobs<'a>(&'a self, pend: &'a Pending) -> [Job<'a>; 2] {
+        [
+            Job {
+                prime: &self.p,
+                base: &pend.base_p,
+            },
+            Job {
+                prime: &self.q,
+                base: &pend.base_q,
+            },
+        ]
     }
 
     /// Whether `c` (`k` big-endian bytes) is below the modulus (public data).

@@ -147,18 +147,7 @@ fn check(kind: Kind, keys_per_size: usize, msgs: usize, sizes: &[u32]) {
                 let jobs: Vec<Job> = group
                     .iter()
                     .zip(&pend)
-                    .flat_map(|((_, ek), p)| {
-                        [
-                            Job {
-                                prime: &ek.p,
-                                base: &p.base_p,
-                            },
-                            Job {
-                                prime: &ek.q,
-                                base: &p.base_q,
-                            },
-                        ]
-                    })
+                    .flat_map(|((_, ek), p)| ek.jobs(p))
                     .collect();
                 let res = engine::half_exps(kind, &jobs);
                 for (j, ((key, ek), c)) in group.iter().zip(&cs).enumerate() {
@@ -195,4 +184,34 @@ fn ifma_engine_matches_openssl() {
     let keys = count("OPENCF_ACCEL_KEYS", 20, 10_000);
     let msgs = count("OPENCF_ACCEL_MSGS", 50, 1);
     check(Kind::Ifma, keys, msgs, &[2048, 3072, 4096]);
+}
+
+/// A result with one flipped bit in either CRT half is never released: the check modulo `p`
+/// and modulo `q` answers `CKR_DEVICE_ERROR` (a Bellcore-style fault gets nothing).
+#[test]
+fn a_faulty_half_is_never_released() {
+    let kind = if engine::ifma_present() {
+        Kind::Ifma
+    } else {
+        Kind::Portable
+    };
+    for bits in [2048, 3072, 4096] {
+        let key = Rsa::generate(bits).unwrap();
+        let ek = rsa::from_openssl(&key).unwrap();
+        let c = input(&key, 5);
+        let pend = ek.begin(&c).unwrap();
+        let res = engine::half_exps(kind, &ek.jobs(&pend));
+        let mut want = vec![0u8; c.len()];
+        key.private_decrypt(&c, &mut want, Padding::NONE).unwrap();
+        assert_eq!(&ek.finish(&pend, &res[0], &res[1]).unwrap()[..], &want[..]);
+        for (half, limb, bit) in [(0, 0, 0), (1, 0, 0), (0, 11, 51), (1, 17, 3)] {
+            let mut r = [res[0].clone(), res[1].clone()];
+            r[half][limb] ^= 1 << bit;
+            assert_eq!(
+                ek.finish(&pend, &r[0], &r[1]).map(|_| ()),
+                Err(opencf_abi::sys::CKR_DEVICE_ERROR),
+                "RSA-{bits}: bit {bit} of limb {limb} of half {half} flipped"
+            );
+        }
+    }
 }

@@ -48,18 +48,7 @@ fn break_even() {
         let c = c.to_vec_padded(k as i32).unwrap();
         let pend = ek.begin(&c).unwrap();
         let jobs: Vec<Job> = (0..engine::LANES / 2)
-            .flat_map(|_| {
-                [
-                    Job {
-                        prime: &ek.p,
-                        base: &pend.base_p,
-                    },
-                    Job {
-                        prime: &ek.q,
-                        base: &pend.base_q,
-                    },
-                ]
-            })
+            .flat_map(|_| ek.jobs(&pend))
             .collect();
         let reps = if bits == 2048 { 50 } else { 10 };
         let mut out = vec![0u8; k];

@@ -174,14 +174,61 @@ mod tests {
         }
     }
 
+    /// A random `bits`-bit prime, its limb count and its context.
+    fn random_modulus(bits: i32) -> (BigNum, usize, Mont) {
+        let mut m = BigNum::new().unwrap();
+        m.generate_prime(bits, false, None, None).unwrap();
+        let n = (bits as usize).div_ceil(64);
+        let mont = Mont::new(&m, n).unwrap();
+        (m, n, mont)
+    }
+
+    /// `mul(a, b) = a·b·R⁻¹ mod m` at the edges of its bounds: `a` anywhere below `R`
+    /// (including `R − 1`), `b` below `m` (including `m − 1`), for moduli with and without
+    /// their top bit set.
+    #[test]
+    fn montgomery_edges_match_openssl() {
+        let mut ctx = BigNumContext::new().unwrap();
+        for bits in [1024, 1000, 2048] {
+            let (m, n, mont) = random_modulus(bits);
+            let big = |x: &BigNumRef| x.to_owned().unwrap();
+            let mut r = BigNum::new().unwrap();
+            r.lshift(&BigNum::from_u32(1).unwrap(), 64 * n as i32)
+                .unwrap();
+            let mut r_inv = BigNum::new().unwrap();
+            r_inv.mod_inverse(&r, &m, &mut ctx).unwrap();
+            let mut r1 = big(&r);
+            r1.sub_word(1).unwrap();
+            let mut m1 = big(&m);
+            m1.sub_word(1).unwrap();
+            let mut mid = BigNum::new().unwrap();
+            m.rand_range(&mut mid).unwrap();
+            let small = [
+                BigNum::new().unwrap(),
+                BigNum::from_u32(1).unwrap(),
+                big(&m1),
+                mid,
+            ];
+            let mut wide = small.iter().map(|x| big(x)).collect::<Vec<_>>();
+            wide.extend([big(&m), big(&r1)]);
+            for a in &wide {
+                for b in &small {
+                    let got = mont.mul(&words(a, n).unwrap(), &words(b, n).unwrap());
+                    let mut ab = BigNum::new().unwrap();
+                    ab.checked_mul(a, b, &mut ctx).unwrap();
+                    let mut want = BigNum::new().unwrap();
+                    want.mod_mul(&ab, &r_inv, &m, &mut ctx).unwrap();
+                    assert_eq!(&got[..], &words(&want, n).unwrap()[..], "{bits}: {a} · {b}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn montgomery_matches_openssl() {
         let mut ctx = BigNumContext::new().unwrap();
         for bits in [128, 1024, 2048] {
-            let mut m = BigNum::new().unwrap();
-            m.generate_prime(bits, false, None, None).unwrap();
-            let n = (bits as usize).div_ceil(64);
-            let mont = Mont::new(&m, n).unwrap();
+            let (m, n, mont) = random_modulus(bits);
             for _ in 0..20 {
                 let mut a = BigNum::new().unwrap();
                 let mut b = BigNum::new().unwrap();

@@ -47,21 +47,33 @@ macro_rules! lane_engine {
             }
         }
 
+        /// `madd_hi` when `HIGH`, else `madd_lo` (a function, not a closure, so that the
+        /// compiler inlines it like the rest: an out-of-line closure here costs a third of
+        /// the pass).
+        $(#[$attr])*
+        #[inline]
+        fn madd_part<const HIGH: bool>(s: V, x: V, y: V) -> V {
+            if HIGH {
+                madd_hi(s, x, y)
+            } else {
+                madd_lo(s, x, y)
+            }
+        }
+
         /// The sum of the low (`HIGH = false`) or high halves of the cross products
         /// `a_i·a_j`, `i < j`, `i + j = d`, in two chains (two products a step).
         $(#[$attr])*
         #[inline]
         fn cross<const L: usize, const HIGH: bool>(a: &[V; L], d: usize) -> V {
-            let madd = |s, x, y| if HIGH { madd_hi(s, x, y) } else { madd_lo(s, x, y) };
             let (mut s0, mut s1) = (zero(), zero());
             let (mut i, end) = (d.saturating_sub(L - 1), d.div_ceil(2));
             while i + 1 < end {
-                s0 = madd(s0, a[i], a[d - i]);
-                s1 = madd(s1, a[i + 1], a[d - i - 1]);
+                s0 = madd_part::<HIGH>(s0, a[i], a[d - i]);
+                s1 = madd_part::<HIGH>(s1, a[i + 1], a[d - i - 1]);
                 i += 2;
             }
             if i < end {
-                s0 = madd(s0, a[i], a[d - i]);
+                s0 = madd_part::<HIGH>(s0, a[i], a[d - i]);
             }
             add(s0, s1)
         }
@@ -84,25 +96,43 @@ macro_rules! lane_engine {
             s
         }
 
-        /// One step of word-by-word Montgomery reduction on the running sum `acc` (limbs
-        /// `i..i+L`): limb `j` becomes `limb(j, acc_j)` (what the caller adds at this step),
-        /// plus `y·m` with `y = limb_0·(−m⁻¹) mod 2^52`, which clears the low limb; each new
-        /// limb is written one place down as it is computed, so the shift costs no extra
-        /// moves, and `top` (the caller's limb `i + L`) enters at the top.
+        /// Limb `j` of the running sum at one step of [`reduce_step`]: `x`, plus the limb `j`
+        /// of `a·b_i` when `PRODUCT` (low half of `a_j·b_i`, high half of `a_(j−1)·b_i`).
         $(#[$attr])*
         #[inline]
-        fn reduce_step<const L: usize>(
+        fn limb<const L: usize, const PRODUCT: bool>(x: V, a: &[V; L], bi: V, j: usize) -> V {
+            if !PRODUCT {
+                return x;
+            }
+            let t = madd_lo(x, a[j], bi);
+            if j > 0 {
+                madd_hi(t, a[j - 1], bi)
+            } else {
+                t
+            }
+        }
+
+        /// One step of word-by-word Montgomery reduction on the running sum `acc` (limbs
+        /// `i..i+L`): limb `j` becomes [`limb`] (with `PRODUCT`, the step adds `a·b_i`),
+        /// plus `y·m` with `y = limb_0·(−m⁻¹) mod 2^52`, which clears the low limb; each new
+        /// limb is written one place down as it is computed, so the shift costs no extra
+        /// moves, and `top` (the caller's limb `i + L`) enters at the top. No closures: the
+        /// compiler does not always inline them into these functions.
+        $(#[$attr])*
+        #[inline]
+        fn reduce_step<const L: usize, const PRODUCT: bool>(
             acc: &mut [V; L],
             m: &[V; L],
             k0: V,
-            limb: impl Fn(usize, V) -> V,
+            (a, bi): (&[V; L], V),
             top: V,
         ) {
-            let t = limb(0, acc[0]);
+            let t = limb::<L, PRODUCT>(acc[0], a, bi, 0);
             let y = madd_lo(zero(), t, k0);
             let carry = srl52(madd_lo(t, m[0], y));
             for j in 1..L {
-                let t = madd_hi(madd_lo(limb(j, acc[j]), m[j], y), m[j - 1], y);
+                let x = limb::<L, PRODUCT>(acc[j], a, bi, j);
+                let t = madd_hi(madd_lo(x, m[j], y), m[j - 1], y);
                 acc[j - 1] = if j == 1 { add(t, carry) } else { t };
             }
             acc[L - 1] = madd_hi(top, m[L - 1], y);
@@ -116,11 +146,8 @@ macro_rules! lane_engine {
         fn amm<const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
             let mut acc = [zero(); L];
             for &bi in b {
-                let product = |j: usize, x: V| {
-                    let t = madd_lo(x, a[j], bi);
-                    if j > 0 { madd_hi(t, a[j - 1], bi) } else { t }
-                };
-                reduce_step(&mut acc, m, k0, product, madd_hi(zero(), a[L - 1], bi));
+                let top = madd_hi(zero(), a[L - 1], bi);
+                reduce_step::<L, true>(&mut acc, m, k0, (a, bi), top);
             }
             normalize(&mut acc);
             *out = acc;
@@ -132,9 +159,13 @@ macro_rules! lane_engine {
         $(#[$attr])*
         #[inline]
         fn ams<const L: usize>(a: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
-            let mut acc: [V; L] = core::array::from_fn(|c| square_column(a, c));
+            let mut acc = [zero(); L];
+            for (c, v) in acc.iter_mut().enumerate() {
+                *v = square_column(a, c);
+            }
             for i in 0..L {
-                reduce_step(&mut acc, m, k0, |_, x| x, square_column(a, L + i));
+                let top = square_column(a, L + i);
+                reduce_step::<L, false>(&mut acc, m, k0, (a, zero()), top);
             }
             normalize(&mut acc);
             *out = acc;

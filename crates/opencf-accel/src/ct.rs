@@ -110,6 +110,22 @@ impl Mont {
         Ok(self.mul(&w, &self.rr))
     }
 
+    /// `x mod m` of `x` below `R²` (`2n` limbs), for a modulus with its top bit set
+    /// (`m > R/2`): `x = lo + hi·R`, `hi·R mod m` by one multiplication with `R² mod m`, and
+    /// `lo < R < 2m` by one conditional subtraction.
+    pub fn reduce_wide(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+        let n = self.limbs();
+        assert!(
+            self.m[n - 1] >> 63 == 1,
+            "the modulus must fill its top limb"
+        );
+        let hi = self.mul(&x[n..2 * n], &self.rr);
+        let lo = self.sub_if_ge(&x[..n], 0);
+        let mut sum = Zeroizing::new(vec![0u64; n]);
+        let carry = add(&lo, &hi, &mut sum);
+        self.sub_if_ge(&sum, carry)
+    }
+
     /// `x − m` if `top·R + x ≥ m`, else `x` (`top` is 0 or 1; the value is below `2m`).
     fn sub_if_ge(&self, x: &[u64], top: u64) -> Zeroizing<Vec<u64>> {
         let n = self.limbs();
@@ -181,6 +197,32 @@ mod tests {
         let n = (bits as usize).div_ceil(64);
         let mont = Mont::new(&m, n).unwrap();
         (m, n, mont)
+    }
+
+    #[test]
+    fn reduce_wide_matches_openssl() {
+        let mut ctx = BigNumContext::new().unwrap();
+        for bits in [1024, 1536] {
+            let (m, n, mont) = random_modulus(bits);
+            let mut square = BigNum::new().unwrap();
+            square.sqr(&m, &mut ctx).unwrap();
+            let mut top = BigNum::new().unwrap();
+            top.lshift(&BigNum::from_u32(1).unwrap(), 128 * n as i32)
+                .unwrap();
+            top.sub_word(1).unwrap();
+            let mut values = vec![BigNum::new().unwrap(), m.to_owned().unwrap(), top];
+            for _ in 0..40 {
+                let mut x = BigNum::new().unwrap();
+                square.rand_range(&mut x).unwrap();
+                values.push(x);
+            }
+            for x in &values {
+                let got = mont.reduce_wide(&words(x, 2 * n).unwrap());
+                let mut want = BigNum::new().unwrap();
+                want.nnmod(x, &m, &mut ctx).unwrap();
+                assert_eq!(&got[..], &words(&want, n).unwrap()[..], "{x}");
+            }
+        }
     }
 
     /// `mul(a, b) = a·b·R⁻¹ mod m` at the edges of its bounds: `a` anywhere below `R`

@@ -9,7 +9,9 @@
 //! [`RsaKey::finish`] (caller's thread: recombine, verify, unblind).
 
 use crate::ct::{self, Mont};
-use crate::engine::{self, be_from_words, repack, words, words_from_be, Job, Kind, Prime};
+use crate::engine::{
+    self, be_from_words, repack, words, words_from_be, Job, Kind, Prime, PublicJob,
+};
 use opencf_abi::sys::*;
 use opencf_abi::CkResult;
 use openssl::bn::{BigNum, BigNumContext, BigNumRef};
@@ -87,6 +89,9 @@ pub struct RsaKey {
     /// The second prime.
     pub q: Prime,
     pm: Mont,
+    qm: Mont,
+    /// The public exponent (at most 64 bits).
+    e: u64,
     pw: Zeroizing<Vec<u64>>,
     qw: Zeroizing<Vec<u64>>,
     qinv_r: Zeroizing<Vec<u64>>,
@@ -164,6 +169,7 @@ impl RsaKey {
         }
         let hp = half.div_ceil(64);
         let pm = Mont::new(&p, hp).map_err(err)?;
+        let qm = Mont::new(&q, hp).map_err(err)?;
         let qinv_r = pm.to_mont_bn(&qinv).map_err(err)?;
         let one = BigNum::from_u32(1).map_err(err)?;
         // Modulus and exponents only, no primes: OpenSSL's private operation then computes
@@ -187,6 +193,8 @@ impl RsaKey {
             pw: words(&p, hp).map_err(err)?,
             qw: words(&q, hp).map_err(err)?,
             pm,
+            qm,
+            e: words(&e, 1).map_err(err)?[0],
             qinv_r,
             nm: Mont::new(&n, bits / 64).map_err(err)?,
             n_bn: n,
@@ -377,7 +385,13 @@ impl RsaKey {
     /// Recombines the halves `m1 = c'^dP mod p`, `m2 = c'^dQ mod q` (52-bit limbs), checks
     /// the result with the public exponent and unblinds it. A result that does not check
     /// (a fault in the engine) is `CKR_DEVICE_ERROR` and is never released.
-    pub fn finish(&self, pend: &Pending, m1: &[u64], m2: &[u64]) -> CkResult<Zeroizing<Vec<u8>>> {
+    pub fn finish(
+        &self,
+        kind: Kind,
+        pend: &Pending,
+        m1: &[u64],
+        m2: &[u64],
+    ) -> CkResult<Zeroizing<Vec<u8>>> {
         let hp = self.pw.len();
         let m1 = Zeroizing::new(repack(m1, 52, 64, hp));
         let m2 = Zeroizing::new(repack(m2, 52, 64, hp));
@@ -400,23 +414,43 @@ impl RsaKey {
         m2x[..hp].copy_from_slice(&m2);
         let mut sum = Zeroizing::new(vec![0u64; 2 * hp]);
         ct::add(&m, &m2x, &mut sum);
-        if !self.checks(&sum, &pend.blinded)? {
+        if !self.checks(kind, &sum, &pend.blinded) {
             return Err(CKR_DEVICE_ERROR);
         }
         let out = self.nm.mul(&sum, &pend.ai);
         Ok(Zeroizing::new(be_from_words(&out, self.k)))
     }
 
-    /// Whether `s^e mod n = x` (the check of a result before it is released). Both values
-    /// are blinded (`s = x^d`, `x = c·A`), and the exponent is public: this is the check
-    /// OpenSSL applies to its own CRT result, with the same BIGNUM code (its Montgomery
-    /// multiplication in assembly, several times faster than the portable [`ct::Mont`]),
-    /// through OpenSSL's raw public operation on the key's `RSA` object, which keeps the
-    /// Montgomery context of `n` (building it at each check cost a division of a 4096-bit
-    /// number: a third of the check).
-    fn checks(&self, s: &[u64], x: &[u64]) -> CkResult<bool> {
-        let v = self.public_op(&Zeroizing::new(be_from_words(s, self.k)))?;
-        Ok(ct::equal(&words_from_be(&v, self.nm.limbs()), x))
+    /// Whether `s^e mod n = x` (the check of a result before it is released), decided
+    /// modulo `p` and modulo `q` (by the CRT, the same thing): `(s mod p)^e mod p` against
+    /// `x mod p`, and the same for `q`. Both values are blinded (`s = x^d`, `x = c·A`) and
+    /// the exponent is public: this is the check OpenSSL applies to its own CRT result,
+    /// computed from the recombined `s`, so a fault anywhere before it (either half, the
+    /// recombination) shows. The reductions are constant time ([`Mont::reduce_wide`]); the two
+    /// exponentiations share one pass of the lane engine (square-and-multiply over the bits
+    /// of `e`, constant time in the base and the prime), about half the cost of OpenSSL's
+    /// public operation modulo `n`, which the check used before. The lane engine's result
+    /// is checked by the lane engine, but by a different computation (a public exponent on
+    /// `s`, against the secret exponents that made it), so a wrong `s` does not pass.
+    fn checks(&self, kind: Kind, s: &[u64], x: &[u64]) -> bool {
+        let sp = self.p.limbs52(&self.pm.reduce_wide(s));
+        let sq = self.q.limbs52(&self.qm.reduce_wide(s));
+        let jobs = [
+            PublicJob {
+                prime: &self.p,
+                x: &sp,
+                e: self.e,
+            },
+            PublicJob {
+                prime: &self.q,
+                x: &sq,
+                e: self.e,
+            },
+        ];
+        let r = engine::public_exps(kind, &jobs);
+        let xp = self.p.limbs52(&self.pm.reduce_wide(x));
+        let xq = self.q.limbs52(&self.qm.reduce_wide(x));
+        ct::equal(&r[0], &xp) & ct::equal(&r[1], &xq)
     }
 
     /// `x^e mod n` of `x` (`k` big-endian bytes, below `n`), `k` bytes: OpenSSL's raw public
@@ -436,7 +470,7 @@ impl RsaKey {
     pub fn private_raw(&self, kind: Kind, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
         let pend = self.begin(c)?;
         let r = engine::half_exps(kind, &self.jobs(&pend));
-        self.finish(&pend, &r[0], &r[1])
+        self.finish(kind, &pend, &r[0], &r[1])
     }
 
     /// The two half-exponentiations of an operation begun with [`RsaKey::begin`].

@@ -217,6 +217,11 @@ impl Scheduler {
         })
     }
 
+    /// The engine the workers run.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// Workers (one per core).
     /// Read once: `available_parallelism` reads the cgroup files at each call.
     pub fn cores() -> usize {

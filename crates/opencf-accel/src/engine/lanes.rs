@@ -21,16 +21,23 @@
 //! cross product once. Every limb of a running sum collects at most `4L` products of 52 bits
 //! and stays below 2^60, so no carry is propagated until the end.
 
-/// Generates `pub(super) fn run(&Pass) -> Vec<[u64; 8]>` and its helpers, each with the
+/// Generates `pub(super) fn run(Work) -> Vec<[u64; 8]>` and its helpers, each with the
 /// given attributes (the target features of the instruction set).
 macro_rules! lane_engine {
     ($(#[$attr:meta])*) => {
-        use $crate::engine::{Pass, MASK52, WINDOW};
+        use $crate::engine::{Moduli, Pass, PublicPass, Work, MASK52, WINDOW};
 
         $(#[$attr])*
         #[inline]
         fn load<const L: usize>(a: &[[u64; 8]]) -> [V; L] {
             core::array::from_fn(|j| lanes(a[j]))
+        }
+
+        /// The moduli, `−m⁻¹ mod 2^52` and `R² mod m` as lane vectors.
+        $(#[$attr])*
+        #[inline]
+        fn load_moduli<const L: usize>(p: &Moduli) -> ([V; L], V, [V; L]) {
+            (load(&p.m), lanes(p.k0), load(&p.rr))
         }
 
         /// Carry propagation: every limb below 2^52. The carry out of the top limb is zero by
@@ -187,10 +194,9 @@ macro_rules! lane_engine {
 
         /// [`run`] for `L` limbs.
         $(#[$attr])*
+        #[inline(never)]
         fn run_l<const L: usize>(p: &Pass) -> Vec<[u64; 8]> {
-            let m: [V; L] = load(&p.m);
-            let k0 = lanes(p.k0);
-            let rr: [V; L] = load(&p.rr);
+            let (m, k0, rr) = load_moduli::<L>(&p.moduli);
             let rrr: [V; L] = load(&p.rrr);
             let lo: [V; L] = load(&p.lo);
             let hi: [V; L] = load(&p.hi);
@@ -230,16 +236,65 @@ macro_rules! lane_engine {
             s.iter().map(|v| unlanes(*v)).collect()
         }
 
-        /// Eight modular exponentiations of the same shape: lane `i` computes
-        /// `base_i^exp_i mod m_i`, in `[0, m_i]` (the caller subtracts `m_i` once, in
-        /// constant time, to reduce fully). The limb count must be 20, 30 or 40.
+        /// [`run`] of a [`PublicPass`] for `L` limbs: square-and-multiply over the bits of
+        /// the longest exponent, most significant first; the multiplication runs when any
+        /// lane's exponent has the bit (exponents are public) and is kept, by a lane mask,
+        /// in the lanes that have it. A lane with a shorter exponent squares ones until its
+        /// top bit.
         $(#[$attr])*
-        pub(super) fn run(p: &Pass) -> Vec<[u64; 8]> {
-            match p.limbs {
-                20 => run_l::<20>(p),
-                30 => run_l::<30>(p),
-                40 => run_l::<40>(p),
-                l => panic!("no lane engine for {l} limbs"),
+        #[inline(never)]
+        fn public_l<const L: usize>(p: &PublicPass) -> Vec<[u64; 8]> {
+            let (m, k0, rr) = load_moduli::<L>(&p.moduli);
+            let x: [V; L] = load(&p.x);
+            let mut one = [zero(); L];
+            one[0] = splat(1);
+            // x·R and R (one) in Montgomery form, both below 2m.
+            let mut xm = [zero(); L];
+            amm(&x, &rr, &m, k0, &mut xm);
+            let mut v = [zero(); L];
+            amm(&rr, &one, &m, k0, &mut v);
+            let mut t = [zero(); L];
+            let bits = 64 - p.e.iter().fold(0, |a, &b| a | b).leading_zeros() as usize;
+            for b in (0..bits).rev() {
+                // `amm(v, v)`, not `ams`: with a second caller the compiler keeps the
+                // squaring out of line, and the private pass, mostly squarings, then runs
+                // 60% slower.
+                amm(&v, &v, &m, k0, &mut t);
+                v = t;
+                let bit: [u64; 8] = core::array::from_fn(|i| (p.e[i] >> b) & 1);
+                if bit.contains(&1) {
+                    amm(&v, &xm, &m, k0, &mut t);
+                    let hit = eq_mask(lanes(bit), 1);
+                    for j in 0..L {
+                        v[j] = blend(hit, v[j], t[j]);
+                    }
+                }
+            }
+            // Out of Montgomery form: at most m.
+            amm(&v, &one, &m, k0, &mut t);
+            t.iter().map(|w| unlanes(*w)).collect()
+        }
+
+        /// Eight modular exponentiations of the same shape: lane `i` computes
+        /// `base_i^exp_i mod m_i` (a [`Pass`]: secret exponents in fixed windows) or
+        /// `x_i^e_i mod m_i` (a [`PublicPass`]: public exponents of at most 64 bits), in
+        /// `[0, m_i]` (the caller subtracts `m_i` once, in constant time, to reduce fully).
+        /// The limb count must be 20, 30 or 40.
+        $(#[$attr])*
+        pub(super) fn run(w: Work) -> Vec<[u64; 8]> {
+            match w {
+                Work::Private(p) => match p.moduli.limbs {
+                    20 => run_l::<20>(p),
+                    30 => run_l::<30>(p),
+                    40 => run_l::<40>(p),
+                    l => panic!("no lane engine for {l} limbs"),
+                },
+                Work::Public(p) => match p.moduli.limbs {
+                    20 => public_l::<20>(p),
+                    30 => public_l::<30>(p),
+                    40 => public_l::<40>(p),
+                    l => panic!("no lane engine for {l} limbs"),
+                },
             }
         }
     };

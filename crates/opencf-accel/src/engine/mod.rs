@@ -59,8 +59,8 @@ pub fn provider_engine() -> Option<Kind> {
     ifma_present().then_some(Kind::Ifma)
 }
 
-/// One pass: eight half-exponentiations of one shape, lane-interleaved (`[lane]` inside).
-pub struct Pass {
+/// The moduli of a pass and their Montgomery constants, lane-interleaved (`[lane]` inside).
+pub struct Moduli {
     /// 52-bit limbs per number (`l`).
     pub limbs: usize,
     /// The moduli.
@@ -69,6 +69,12 @@ pub struct Pass {
     pub k0: [u64; 8],
     /// `R² mod m`, `R = 2^(52·l)`.
     pub rr: Vec<[u64; 8]>,
+}
+
+/// One pass: eight half-exponentiations of one shape.
+pub struct Pass {
+    /// The moduli.
+    pub moduli: Moduli,
     /// `R³ mod m`.
     pub rrr: Vec<[u64; 8]>,
     /// The base modulo `R`.
@@ -89,8 +95,35 @@ impl Drop for Pass {
     }
 }
 
+/// One pass of eight exponentiations with public exponents of at most 64 bits (the check of
+/// a result with `e`).
+pub struct PublicPass {
+    /// The moduli.
+    pub moduli: Moduli,
+    /// The bases, below `m`.
+    pub x: Vec<[u64; 8]>,
+    /// The exponents.
+    pub e: [u64; 8],
+}
+
+impl Drop for PublicPass {
+    fn drop(&mut self) {
+        for x in self.x.iter_mut() {
+            x.zeroize();
+        }
+    }
+}
+
+/// What a pass computes.
+pub enum Work<'a> {
+    /// Secret exponents ([`half_exps`]).
+    Private(&'a Pass),
+    /// Public exponents ([`public_exps`]).
+    Public(&'a PublicPass),
+}
+
 /// Runs one pass on `kind`.
-fn run(kind: Kind, pass: &Pass) -> Vec<[u64; 8]> {
+fn run(kind: Kind, pass: Work) -> Vec<[u64; 8]> {
     match kind {
         Kind::Portable => portable::run(pass),
         #[cfg(target_arch = "x86_64")]
@@ -237,6 +270,11 @@ impl Prime {
         (pair >> (b % 64)) as u64 & ((1 << WINDOW) - 1)
     }
 
+    /// A value below the prime (little-endian 64-bit words) in the engine's `l` 52-bit limbs.
+    pub fn limbs52(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+        Zeroizing::new(repack(x, 64, 52, self.limbs))
+    }
+
     /// The base `x` (below `2^(2·bits)`, little-endian 64-bit words) cut into the engine's
     /// two halves of `l` 52-bit limbs.
     pub fn base(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
@@ -252,40 +290,77 @@ pub struct Job<'a> {
     pub base: &'a [u64],
 }
 
-/// Runs `jobs` (all of one prime size) on `kind`, eight lanes a pass; each result is the
-/// fully reduced value in `l` 52-bit limbs.
-pub fn half_exps(kind: Kind, jobs: &[Job]) -> Vec<Zeroizing<Vec<u64>>> {
+/// `n` rows of eight lanes: row `j`, lane `i` is `f(i, j)`.
+fn interleave(n: usize, f: impl Fn(usize, usize) -> u64) -> Vec<[u64; 8]> {
+    (0..n).map(|j| std::array::from_fn(|i| f(i, j))).collect()
+}
+
+/// Runs `jobs` (all of one prime size, each with its [`Prime`]) eight lanes a pass: `pass`
+/// makes a pass's work from its eight lanes (empty lanes repeat the first job; their results
+/// are dropped) and the moduli, `run` runs it; each result comes back fully reduced.
+fn by_passes<J, P>(
+    jobs: &[J],
+    prime: impl Fn(&J) -> &Prime,
+    pass: impl Fn([&J; LANES], Moduli) -> P,
+    run: impl Fn(&P) -> Vec<[u64; 8]>,
+) -> Vec<Zeroizing<Vec<u64>>> {
     let mut out = Vec::with_capacity(jobs.len());
     for chunk in jobs.chunks(LANES) {
-        let first = chunk[0].prime;
-        assert!(chunk.iter().all(|j| j.prime.bits == first.bits));
-        let l = first.limbs;
-        // Empty lanes repeat the first job; their results are dropped.
-        let lane = |i: usize| chunk.get(i).unwrap_or(&chunk[0]);
-        let inter = |f: &dyn Fn(&Job, usize) -> u64, n: usize| -> Vec<[u64; 8]> {
-            (0..n)
-                .map(|j| std::array::from_fn(|i| f(lane(i), j)))
-                .collect()
+        let first = prime(&chunk[0]);
+        assert!(chunk.iter().all(|j| prime(j).bits == first.bits));
+        let lanes: [&J; LANES] = std::array::from_fn(|i| chunk.get(i).unwrap_or(&chunk[0]));
+        let moduli = Moduli {
+            limbs: first.limbs,
+            m: interleave(first.limbs, |i, j| prime(lanes[i]).m[j]),
+            k0: std::array::from_fn(|i| prime(lanes[i]).k0),
+            rr: interleave(first.limbs, |i, j| prime(lanes[i]).rr[j]),
         };
-        let nw = first.windows();
-        let pass = Pass {
-            limbs: l,
-            m: inter(&|jb, j| jb.prime.m[j], l),
-            k0: std::array::from_fn(|i| lane(i).prime.k0),
-            rr: inter(&|jb, j| jb.prime.rr[j], l),
-            rrr: inter(&|jb, j| jb.prime.rrr[j], l),
-            lo: inter(&|jb, j| jb.base[j], l),
-            hi: inter(&|jb, j| jb.base[l + j], l),
-            windows: inter(&|jb, w| jb.prime.window(nw - 1 - w), nw),
-        };
-        let res = run(kind, &pass);
+        let res = run(&pass(lanes, moduli));
         for (i, job) in chunk.iter().enumerate() {
             let mut r = Zeroizing::new(res.iter().map(|v| v[i]).collect::<Vec<u64>>());
-            reduce_once(&mut r, &job.prime.m);
+            reduce_once(&mut r, &prime(job).m);
             out.push(r);
         }
     }
     out
+}
+
+/// Runs `jobs` (all of one prime size) on `kind`, eight lanes a pass; each result is the
+/// fully reduced value in `l` 52-bit limbs.
+pub fn half_exps(kind: Kind, jobs: &[Job]) -> Vec<Zeroizing<Vec<u64>>> {
+    let pass = |lanes: [&Job; LANES], moduli: Moduli| {
+        let (l, nw) = (moduli.limbs, lanes[0].prime.windows());
+        Pass {
+            rrr: interleave(l, |i, j| lanes[i].prime.rrr[j]),
+            lo: interleave(l, |i, j| lanes[i].base[j]),
+            hi: interleave(l, |i, j| lanes[i].base[l + j]),
+            windows: interleave(nw, |i, w| lanes[i].prime.window(nw - 1 - w)),
+            moduli,
+        }
+    };
+    by_passes(jobs, |j| j.prime, pass, |p| run(kind, Work::Private(p)))
+}
+
+/// One exponentiation with a public exponent: `x^e mod p` for the [`Prime`].
+pub struct PublicJob<'a> {
+    /// The modulus.
+    pub prime: &'a Prime,
+    /// The base, below the prime, in `l` 52-bit limbs.
+    pub x: &'a [u64],
+    /// The exponent (public).
+    pub e: u64,
+}
+
+/// Runs `jobs` (all of one prime size) on `kind`, eight lanes a pass, with square-and-multiply
+/// over the exponents' bits; each result is fully reduced, in `l` 52-bit limbs. The cost
+/// follows the longest exponent: for `e = 65537`, 17 squarings and one multiplication.
+pub fn public_exps(kind: Kind, jobs: &[PublicJob]) -> Vec<Zeroizing<Vec<u64>>> {
+    let pass = |lanes: [&PublicJob; LANES], moduli: Moduli| PublicPass {
+        x: interleave(moduli.limbs, |i, j| lanes[i].x[j]),
+        e: std::array::from_fn(|i| lanes[i].e),
+        moduli,
+    };
+    by_passes(jobs, |j| j.prime, pass, |p| run(kind, Work::Public(p)))
 }
 
 /// `r = r − m` if `r ≥ m` (52-bit limbs, `r ≤ m`… `< 2m`), in constant time.

@@ -428,7 +428,7 @@ impl RsaKey {
     /// computed from the recombined `s`, so a fault anywhere before it (either half, the
     /// recombination) shows. The reductions are constant time ([`Mont::reduce_wide`]); the two
     /// exponentiations share one pass of the lane engine (square-and-multiply over the bits
-    /// of `e`, constant time in the base and the prime), about half the cost of OpenSSL's
+    /// of `e`, constant time in the base and the prime), about 60% of the cost of OpenSSL's
     /// public operation modulo `n`, which the check used before. The lane engine's result
     /// is checked by the lane engine, but by a different computation (a public exponent on
     /// `s`, against the secret exponents that made it), so a wrong `s` does not pass.

@@ -71,11 +71,11 @@ pub fn mul(a: &[u64], b: &[u64], out: &mut [u64]) {
 
 /// Montgomery arithmetic modulo an odd `m` of `n` 64-bit limbs, `R = 2^(64·n)`.
 pub struct Mont {
-    /// The modulus.
-    pub m: Vec<u64>,
+    /// The modulus (a secret prime for the CRT halves: wiped on drop).
+    pub m: Zeroizing<Vec<u64>>,
     m0: u64,
     /// `R² mod m`.
-    rr: Vec<u64>,
+    rr: Zeroizing<Vec<u64>>,
 }
 
 /// The largest modulus [`Mont`] takes, in 64-bit limbs (4096 bits).
@@ -93,8 +93,8 @@ impl Mont {
         let mw = words(m, n)?;
         Ok(Mont {
             m0: neg_inv64(mw[0]),
-            m: mw.to_vec(),
-            rr: words(&rr, n)?.to_vec(),
+            m: mw,
+            rr: words(&rr, n)?,
         })
     }
 
@@ -127,7 +127,7 @@ impl Mont {
     }
 
     /// `x − m` if `top·R + x ≥ m`, else `x` (`top` is 0 or 1; the value is below `2m`).
-    fn sub_if_ge(&self, x: &[u64], top: u64) -> Zeroizing<Vec<u64>> {
+    pub fn sub_if_ge(&self, x: &[u64], top: u64) -> Zeroizing<Vec<u64>> {
         let n = self.limbs();
         let mut diff = Zeroizing::new([0u64; MAX_LIMBS]);
         let d = &mut diff[..n];
@@ -136,6 +136,13 @@ impl Mont {
         let mut out = Zeroizing::new(vec![0u64; n]);
         select(u64::from(under), d, x, &mut out);
         out
+    }
+
+    /// `x·R⁻¹ mod m` for `x < R`: a value out of Montgomery form.
+    pub fn out_of_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
+        let mut one = vec![0u64; self.limbs()];
+        one[0] = 1;
+        self.mul(x, &one)
     }
 
     /// `a·b·R⁻¹ mod m`, fully reduced, for `a < R` and `b < m` (word-by-word Montgomery
@@ -181,13 +188,14 @@ mod tests {
         fn to_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
             self.mul(x, &self.rr)
         }
+    }
 
-        /// `x·R⁻¹ mod m`.
-        fn out_of_mont(&self, x: &[u64]) -> Zeroizing<Vec<u64>> {
-            let mut one = vec![0u64; self.limbs()];
-            one[0] = 1;
-            self.mul(x, &one)
-        }
+    /// `2^bits`.
+    fn pow2(bits: usize) -> BigNum {
+        let mut x = BigNum::new().unwrap();
+        x.lshift(&BigNum::from_u32(1).unwrap(), bits as i32)
+            .unwrap();
+        x
     }
 
     /// A random `bits`-bit prime, its limb count and its context.
@@ -206,9 +214,7 @@ mod tests {
             let (m, n, mont) = random_modulus(bits);
             let mut square = BigNum::new().unwrap();
             square.sqr(&m, &mut ctx).unwrap();
-            let mut top = BigNum::new().unwrap();
-            top.lshift(&BigNum::from_u32(1).unwrap(), 128 * n as i32)
-                .unwrap();
+            let mut top = pow2(128 * n);
             top.sub_word(1).unwrap();
             let mut values = vec![BigNum::new().unwrap(), m.to_owned().unwrap(), top];
             for _ in 0..40 {
@@ -234,9 +240,7 @@ mod tests {
         for bits in [1024, 1000, 2048] {
             let (m, n, mont) = random_modulus(bits);
             let big = |x: &BigNumRef| x.to_owned().unwrap();
-            let mut r = BigNum::new().unwrap();
-            r.lshift(&BigNum::from_u32(1).unwrap(), 64 * n as i32)
-                .unwrap();
+            let r = pow2(64 * n);
             let mut r_inv = BigNum::new().unwrap();
             r_inv.mod_inverse(&r, &m, &mut ctx).unwrap();
             let mut r1 = big(&r);

@@ -92,8 +92,6 @@ pub struct RsaKey {
     qm: Mont,
     /// The public exponent (at most 64 bits).
     e: u64,
-    pw: Zeroizing<Vec<u64>>,
-    qw: Zeroizing<Vec<u64>>,
     qinv_r: Zeroizing<Vec<u64>>,
     nm: Mont,
     n_bn: BigNum,
@@ -190,8 +188,6 @@ impl RsaKey {
             n_be: n.to_vec(),
             p: Prime::new(&p, &dp).map_err(err)?,
             q: Prime::new(&q, &dq).map_err(err)?,
-            pw: words(&p, hp).map_err(err)?,
-            qw: words(&q, hp).map_err(err)?,
             pm,
             qm,
             e: words(&e, 1).map_err(err)?[0],
@@ -301,8 +297,6 @@ impl RsaKey {
                 }
             }
         };
-        let mut one = vec![0u64; nm.limbs()];
-        one[0] = 1;
         loop {
             let mut rs = Vec::with_capacity(count);
             let mut rm = Vec::with_capacity(count);
@@ -322,7 +316,7 @@ impl RsaKey {
                 let next = nm.mul(&prefix[prefix.len() - 1], r);
                 prefix.push(next);
             }
-            let total = Zeroizing::new(be_from_words(&nm.mul(&prefix[count], &one), self.k));
+            let total = Zeroizing::new(be_from_words(&nm.out_of_mont(&prefix[count]), self.k));
             let mut total = bn(&total)?;
             let mut inv = BigNum::new().map_err(fail)?;
             let inverted = inv.mod_inverse(&total, &self.n_bn, &mut ctx).is_ok();
@@ -392,24 +386,27 @@ impl RsaKey {
         m1: &[u64],
         m2: &[u64],
     ) -> CkResult<Zeroizing<Vec<u8>>> {
-        let hp = self.pw.len();
+        let hp = self.pm.limbs();
         let m1 = Zeroizing::new(repack(m1, 52, 64, hp));
         let m2 = Zeroizing::new(repack(m2, 52, 64, hp));
-        let mut t = Zeroizing::new(vec![0u64; hp]);
         // m2 mod p: q < 2p (equal sizes), so one conditional subtraction.
-        let below = ct::sub(&m2, &self.pw, &mut t);
-        let mut m2p = Zeroizing::new(vec![0u64; hp]);
-        ct::select(below, &t, &m2, &mut m2p);
+        let m2p = self.pm.sub_if_ge(&m2, 0);
         // (m1 − m2) mod p.
+        let mut t = Zeroizing::new(vec![0u64; hp]);
         let borrow = ct::sub(&m1, &m2p, &mut t);
-        let pmask: Zeroizing<Vec<u64>> =
-            Zeroizing::new(self.pw.iter().map(|x| x & borrow.wrapping_neg()).collect());
+        let pmask: Zeroizing<Vec<u64>> = Zeroizing::new(
+            self.pm
+                .m
+                .iter()
+                .map(|x| x & borrow.wrapping_neg())
+                .collect(),
+        );
         let mut d = Zeroizing::new(vec![0u64; hp]);
         ct::add(&t, &pmask, &mut d);
         // h = (m1 − m2)·qInv mod p; m = m2 + h·q.
         let h = self.pm.mul(&d, &self.qinv_r);
         let mut m = Zeroizing::new(vec![0u64; 2 * hp]);
-        ct::mul(&h, &self.qw, &mut m);
+        ct::mul(&h, &self.qm.m, &mut m);
         let mut m2x = Zeroizing::new(vec![0u64; 2 * hp]);
         m2x[..hp].copy_from_slice(&m2);
         let mut sum = Zeroizing::new(vec![0u64; 2 * hp]);
@@ -524,9 +521,7 @@ mod tests {
         let rsa = Rsa::generate(2048).unwrap();
         let key = from_openssl(&rsa).unwrap();
         let mut ctx = BigNumContext::new().unwrap();
-        let mut one = vec![0u64; key.nm.limbs()];
-        one[0] = 1;
-        let plain = |x: &[u64]| bn(&be_from_words(&key.nm.mul(x, &one), key.k)).unwrap();
+        let plain = |x: &[u64]| bn(&be_from_words(&key.nm.out_of_mont(x), key.k)).unwrap();
         for count in [1, 2, FRESH_BATCH] {
             let states = key.fresh_blindings(count).unwrap();
             assert_eq!(states.len(), count);

@@ -296,13 +296,12 @@ fn interleave(n: usize, f: impl Fn(usize, usize) -> u64) -> Vec<[u64; 8]> {
 }
 
 /// Runs `jobs` (all of one prime size, each with its [`Prime`]) eight lanes a pass: `pass`
-/// makes a pass's work from its eight lanes (empty lanes repeat the first job; their results
-/// are dropped) and the moduli, `run` runs it; each result comes back fully reduced.
-fn by_passes<J, P>(
+/// runs one pass on its eight lanes (empty lanes repeat the first job; their results are
+/// dropped) and their moduli; each result comes back fully reduced.
+fn by_passes<J>(
     jobs: &[J],
     prime: impl Fn(&J) -> &Prime,
-    pass: impl Fn([&J; LANES], Moduli) -> P,
-    run: impl Fn(&P) -> Vec<[u64; 8]>,
+    pass: impl Fn([&J; LANES], Moduli) -> Vec<[u64; 8]>,
 ) -> Vec<Zeroizing<Vec<u64>>> {
     let mut out = Vec::with_capacity(jobs.len());
     for chunk in jobs.chunks(LANES) {
@@ -315,7 +314,7 @@ fn by_passes<J, P>(
             k0: std::array::from_fn(|i| prime(lanes[i]).k0),
             rr: interleave(first.limbs, |i, j| prime(lanes[i]).rr[j]),
         };
-        let res = run(&pass(lanes, moduli));
+        let res = pass(lanes, moduli);
         for (i, job) in chunk.iter().enumerate() {
             let mut r = Zeroizing::new(res.iter().map(|v| v[i]).collect::<Vec<u64>>());
             reduce_once(&mut r, &prime(job).m);
@@ -330,15 +329,16 @@ fn by_passes<J, P>(
 pub fn half_exps(kind: Kind, jobs: &[Job]) -> Vec<Zeroizing<Vec<u64>>> {
     let pass = |lanes: [&Job; LANES], moduli: Moduli| {
         let (l, nw) = (moduli.limbs, lanes[0].prime.windows());
-        Pass {
+        let pass = Pass {
             rrr: interleave(l, |i, j| lanes[i].prime.rrr[j]),
             lo: interleave(l, |i, j| lanes[i].base[j]),
             hi: interleave(l, |i, j| lanes[i].base[l + j]),
             windows: interleave(nw, |i, w| lanes[i].prime.window(nw - 1 - w)),
             moduli,
-        }
+        };
+        run(kind, Work::Private(&pass))
     };
-    by_passes(jobs, |j| j.prime, pass, |p| run(kind, Work::Private(p)))
+    by_passes(jobs, |j| j.prime, pass)
 }
 
 /// One exponentiation with a public exponent: `x^e mod p` for the [`Prime`].
@@ -353,14 +353,17 @@ pub struct PublicJob<'a> {
 
 /// Runs `jobs` (all of one prime size) on `kind`, eight lanes a pass, with square-and-multiply
 /// over the exponents' bits; each result is fully reduced, in `l` 52-bit limbs. The cost
-/// follows the longest exponent: for `e = 65537`, 17 squarings and one multiplication.
+/// follows the longest exponent: for `e = 65537`, 17 squarings and two multiplications.
 pub fn public_exps(kind: Kind, jobs: &[PublicJob]) -> Vec<Zeroizing<Vec<u64>>> {
-    let pass = |lanes: [&PublicJob; LANES], moduli: Moduli| PublicPass {
-        x: interleave(moduli.limbs, |i, j| lanes[i].x[j]),
-        e: std::array::from_fn(|i| lanes[i].e),
-        moduli,
+    let pass = |lanes: [&PublicJob; LANES], moduli: Moduli| {
+        let pass = PublicPass {
+            x: interleave(moduli.limbs, |i, j| lanes[i].x[j]),
+            e: std::array::from_fn(|i| lanes[i].e),
+            moduli,
+        };
+        run(kind, Work::Public(&pass))
     };
-    by_passes(jobs, |j| j.prime, pass, |p| run(kind, Work::Public(p)))
+    by_passes(jobs, |j| j.prime, pass)
 }
 
 /// `r = r − m` if `r ≥ m` (52-bit limbs, `r ≤ m`… `< 2m`), in constant time.

@@ -85,12 +85,24 @@ pub struct Pass {
     pub windows: Vec<[u64; 8]>,
 }
 
+/// Wipes lane-interleaved rows (moduli of secret primes, bases, exponents).
+fn wipe(rows: &mut [[u64; 8]]) {
+    for x in rows.iter_mut() {
+        x.zeroize();
+    }
+}
+
+impl Drop for Moduli {
+    fn drop(&mut self) {
+        wipe(&mut self.m);
+        wipe(&mut self.rr);
+    }
+}
+
 impl Drop for Pass {
     fn drop(&mut self) {
-        for v in [&mut self.lo, &mut self.hi, &mut self.windows] {
-            for x in v.iter_mut() {
-                x.zeroize();
-            }
+        for v in [&mut self.rrr, &mut self.lo, &mut self.hi, &mut self.windows] {
+            wipe(v);
         }
     }
 }
@@ -108,9 +120,7 @@ pub struct PublicPass {
 
 impl Drop for PublicPass {
     fn drop(&mut self) {
-        for x in self.x.iter_mut() {
-            x.zeroize();
-        }
+        wipe(&mut self.x);
     }
 }
 
@@ -150,11 +160,11 @@ pub struct Prime {
     /// Bits of the prime (the shape: primes of equal size share passes).
     pub bits: usize,
     limbs: usize,
-    /// The prime in 52-bit limbs.
-    m: Vec<u64>,
+    /// The prime in 52-bit limbs (secret, like the values derived from it: wiped on drop).
+    m: Zeroizing<Vec<u64>>,
     k0: u64,
-    rr: Vec<u64>,
-    rrr: Vec<u64>,
+    rr: Zeroizing<Vec<u64>>,
+    rrr: Zeroizing<Vec<u64>>,
     /// The exponent in 64-bit words, one zero word above.
     exp: Zeroizing<Vec<u64>>,
 }
@@ -238,9 +248,9 @@ impl Prime {
             r.nnmod(&big, p, ctx)?;
             Ok(r)
         };
-        let to52 = |x: &BigNumRef| -> Result<Vec<u64>, ErrorStack> {
+        let to52 = |x: &BigNumRef| -> Result<Zeroizing<Vec<u64>>, ErrorStack> {
             let w = words(x, (52 * limbs).div_ceil(64))?;
-            Ok(repack(&w, 64, 52, limbs))
+            Ok(Zeroizing::new(repack(&w, 64, 52, limbs)))
         };
         let m = to52(p)?;
         let rr = to52(&*pow(2, &mut ctx)?)?;

@@ -21,7 +21,7 @@ use crate::fault::{self, Fault};
 use crate::rsa::{Pending, RsaKey};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -106,11 +106,51 @@ struct Queue {
     ready: Condvar,
     /// `items.len()`, written under the lock, read without it to choose a queue.
     len: AtomicUsize,
+    /// What the queue's worker waits for on `ready`: [`RUNNING`] (it does not wait),
+    /// [`IDLE`] or [`HOLDING`]. Written under the lock, just before and after each wait, so
+    /// that whoever changes what the worker waits for, under the lock or after taking it,
+    /// sees whether a wakeup is needed: a wakeup is a system call even when nobody waits.
+    waiting: AtomicU8,
 }
+
+/// [`Queue::waiting`]: the worker is not waiting.
+const RUNNING: u8 = 0;
+/// [`Queue::waiting`]: the worker waits for its queue to be non-empty.
+const IDLE: u8 = 1;
+/// [`Queue::waiting`]: the worker holds a partial batch, waiting for it to fill or for no more
+/// requests to be coming.
+const HOLDING: u8 = 2;
 
 impl Queue {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Half>> {
         self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Queue::waiting`], read under the lock (`_items`).
+    fn waiting_for(&self, _items: &MutexGuard<'_, VecDeque<Half>>) -> u8 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Waits on `ready` (for at most `timeout`, if given) with [`Queue::waiting`] set to
+    /// `why`.
+    fn wait<'a>(
+        &self,
+        items: MutexGuard<'a, VecDeque<Half>>,
+        why: u8,
+        timeout: Option<Duration>,
+    ) -> MutexGuard<'a, VecDeque<Half>> {
+        self.waiting.store(why, Ordering::Relaxed);
+        let items = match timeout {
+            None => self.ready.wait(items).unwrap_or_else(|e| e.into_inner()),
+            Some(t) => {
+                (self.ready)
+                    .wait_timeout(items, t)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+        };
+        self.waiting.store(RUNNING, Ordering::Relaxed);
+        items
     }
 }
 
@@ -263,8 +303,12 @@ impl Scheduler {
             if let Some(w) = self.workers.get() {
                 for q in &w.queues {
                     // Under the lock: a worker between its check and its wait gets the wakeup.
-                    drop(q.lock());
-                    q.ready.notify_all();
+                    // Only a worker holding a partial batch waits for this; an idle one
+                    // waits for its queue.
+                    let holding = q.waiting_for(&q.lock()) == HOLDING;
+                    if holding {
+                        q.ready.notify_all();
+                    }
                 }
             }
         }
@@ -300,7 +344,7 @@ impl Scheduler {
         let w = self.workers();
         let q = &w.queues[self.pick(&w.queues)];
         let reply = Arc::new(Reply::default());
-        {
+        let waiting = {
             let mut items = q.lock();
             if items.len() + 2 > QUEUE_CAPACITY {
                 return Err(Busy);
@@ -318,11 +362,25 @@ impl Scheduler {
                 });
             }
             q.len.store(items.len(), Ordering::Relaxed);
-        }
+            q.waiting_for(&items)
+        };
         if ticket.batch && !ticket.queued.replace(true) {
             self.arrived();
         }
-        q.ready.notify_one();
+        // Wake the worker when it waits for work, or holds a batch that these halves may
+        // complete (counted over all queues, which can only wake it more often than it
+        // needs); not when it is running: it takes the queue as it is once its pass ends.
+        let wake = match waiting {
+            IDLE => true,
+            HOLDING => {
+                let queued: usize = w.queues.iter().map(|o| o.len.load(Ordering::Relaxed)).sum();
+                queued >= LANES || !self.demand.more_coming(queued)
+            }
+            _ => false,
+        };
+        if wake {
+            q.ready.notify_one();
+        }
         let mut s = reply.state.lock().unwrap_or_else(|e| e.into_inner());
         while s.count < 2 {
             s = reply.done.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -494,7 +552,7 @@ impl Worker {
             if self.stop.load(Ordering::SeqCst) {
                 return None;
             }
-            items = q.ready.wait(items).unwrap_or_else(|e| e.into_inner());
+            items = q.wait(items, IDLE, None);
         }
         let bits = items[0].key.p.bits;
         let deadline = Instant::now() + HOLD;
@@ -512,11 +570,7 @@ impl Worker {
             {
                 break;
             }
-            items = q
-                .ready
-                .wait_timeout(items, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            items = q.wait(items, HOLDING, Some(deadline - now));
         }
         let mut batch = Vec::with_capacity(LANES);
         take_into(&mut items, bits, &mut batch);

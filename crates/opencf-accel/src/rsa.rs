@@ -36,7 +36,8 @@ const BLINDING_SLOTS: usize = 4;
 /// Fresh blinding states drawn at once, sharing one inversion.
 const FRESH_BATCH: usize = 8;
 
-/// `(A·R, A⁻¹·R) mod n` with `A = r^e` for a random `r`.
+/// `(A·R, r⁻¹·R) mod n` with `A = r^e` for a random `r`: the input is multiplied by `A`, the
+/// result (`(c·A)^d = c^d·r`) by `r⁻¹`. After each use both are squared.
 struct Blinding {
     a: Zeroizing<Vec<u64>>,
     ai: Zeroizing<Vec<u64>>,
@@ -344,7 +345,7 @@ impl RsaKey {
         }
     }
 
-    /// A pair of blinding factors `(A·R, A⁻¹·R)`, each used once.
+    /// A pair of blinding factors `(A·R, r⁻¹·R)` ([`Blinding`]), each used once.
     fn blinding_pair(&self) -> CkResult<(Limbs, Limbs)> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let slot = (0..BLINDING_SLOTS)
@@ -356,7 +357,7 @@ impl RsaKey {
         }
         let b = g.as_mut().expect("set above");
         let pair = (b.a.clone(), b.ai.clone());
-        // (A·R)² / R = A²·R: the next pair is (A², A⁻²).
+        // (A·R)² / R = A²·R: the next pair is (A², r⁻²).
         b.a = self.nm.mul(&b.a, &b.a);
         b.ai = self.nm.mul(&b.ai, &b.ai);
         b.uses += 1;

@@ -79,6 +79,24 @@ pub trait Backend: Send + Sync + 'static {
     fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
         Err(NS)
     }
+    /// `C_AsyncComplete` (3.2) of the function named `function` (`"C_Sign"`, …) that
+    /// answered `CKR_PENDING` in an asynchronous session (`CKF_ASYNC_SESSION`):
+    /// [`AsyncDone::Pending`] while it runs, else its output or its error. Nothing pending
+    /// under that name: `CKR_OPERATION_NOT_INITIALIZED`. The layer above keeps the caller's
+    /// output buffer of the original call and writes the output there.
+    fn async_complete(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<AsyncDone> {
+        Err(NS)
+    }
+    /// `C_AsyncGetID` (3.2): an identifier that outlives `C_Finalize` for the pending
+    /// `function`; a module that does not keep operations across `C_Finalize` answers
+    /// `CKR_STATE_UNSAVEABLE`.
+    fn async_get_id(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<CK_ULONG> {
+        Err(NS)
+    }
+    /// `C_AsyncJoin` (3.2) of an operation kept across `C_Finalize` under `id`.
+    fn async_join(&self, s: CK_SESSION_HANDLE, function: &str, id: CK_ULONG) -> CkResult<()> {
+        Err(NS)
+    }
     /// `C_GetOperationState`.
     fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
         Err(NS)

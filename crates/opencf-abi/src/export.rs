@@ -27,7 +27,8 @@ use crate::convert::{
 use crate::instance::{self, with_backend};
 use crate::params::{mechanism, mechanism_type, MessageIo};
 use crate::sys::*;
-use crate::{Backend, CkResult};
+use crate::{AsyncDone, Backend, CkResult};
+use std::sync::Mutex;
 
 /// Runs `f`, turning a panic into `CKR_GENERAL_ERROR` and the result into a `CK_RV`.
 pub(crate) fn guard(f: impl FnOnce() -> CkResult<()>) -> CK_RV {
@@ -65,6 +66,7 @@ pub extern "C" fn C_Finalize<B: Backend>(reserved: *mut c_void) -> CK_RV {
         if !reserved.is_null() {
             return Err(CKR_ARGUMENTS_BAD);
         }
+        forget_pending(|_| true);
         instance::finalize::<B>()
     })
 }
@@ -206,6 +208,8 @@ pub extern "C" fn C_OpenSession<B: Backend>(
     call::<B>(|b| {
         let session = req(session)?;
         let h = b.open_session(slot, flags)?;
+        // A handle used again: its old session's pending outputs are gone with it.
+        forget_pending(|o| o.session == h);
         // SAFETY: checked non-NULL.
         unsafe { put(session, h) };
         Ok(())
@@ -214,7 +218,11 @@ pub extern "C" fn C_OpenSession<B: Backend>(
 
 /// `C_CloseSession`.
 pub extern "C" fn C_CloseSession<B: Backend>(session: CK_SESSION_HANDLE) -> CK_RV {
-    call::<B>(|b| b.close_session(session))
+    call::<B>(|b| {
+        b.close_session(session)?;
+        forget_pending(|o| o.session == session);
+        Ok(())
+    })
 }
 
 /// `C_CloseAllSessions`.
@@ -599,11 +607,13 @@ pub extern "C" fn C_Decrypt<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| {
-        ended_on_error(b, session, CKF_DECRYPT, unsafe {
+        let r = ended_on_error(b, session, CKF_DECRYPT, unsafe {
             in_out(data, data_len, out, out_len, |d, o| {
                 b.decrypt(session, d, o)
             })
-        })
+        });
+        // SAFETY: the caller's output buffer and length, as `in_out` read them.
+        unsafe { keep_pending(r, session, "C_Decrypt", out, out_len) }
     })
 }
 
@@ -899,9 +909,11 @@ pub extern "C" fn C_Sign<B: Backend>(
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
     call::<B>(|b| {
-        ended_on_error(b, session, CKF_SIGN, unsafe {
+        let r = ended_on_error(b, session, CKF_SIGN, unsafe {
             in_out(data, data_len, sig, sig_len, |d, o| b.sign(session, d, o))
-        })
+        });
+        // SAFETY: the caller's output buffer and length, as `in_out` read them.
+        unsafe { keep_pending(r, session, "C_Sign", sig, sig_len) }
     })
 }
 
@@ -1521,33 +1533,177 @@ pub extern "C" fn C_WaitForSlotEvent<B: Backend>(
     })
 }
 
-// ----- Asynchronous functions (3.2): not offered -----
+// ----- Asynchronous functions (3.2) -----
+//
+// In a session opened with `CKF_ASYNC_SESSION`, `C_Sign` and `C_Decrypt` may answer
+// `CKR_PENDING` once their input is taken and their output length checked. This layer keeps
+// the caller's output buffer of that call; `C_AsyncComplete` asks the backend, writes the
+// output there when the operation is done, and reports the buffer in `CK_ASYNC_DATA`.
 
-/// `C_AsyncComplete`: `CKR_FUNCTION_NOT_SUPPORTED`.
+/// The caller's output buffer of a call that answered `CKR_PENDING`.
+struct PendingOut {
+    session: CK_SESSION_HANDLE,
+    function: &'static str,
+    /// The buffer's address and capacity (the address as an integer: the table is shared
+    /// between threads; only `C_AsyncComplete` writes through it, as the caller expects).
+    p: usize,
+    cap: usize,
+}
+
+/// Pending outputs of this module, at most one per session and function.
+static PENDING: Mutex<Vec<PendingOut>> = Mutex::new(Vec::new());
+
+fn pending() -> std::sync::MutexGuard<'static, Vec<PendingOut>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Drops the pending outputs that `gone` names (their session is closed, or the module
+/// finalized).
+fn forget_pending(gone: impl Fn(&PendingOut) -> bool) {
+    pending().retain(|o| !gone(o));
+}
+
+/// After a two-call output function: on `CKR_PENDING`, records the caller's buffer for
+/// `C_AsyncComplete`. A size query never pends (the backend answers it at once).
+///
+/// # Safety
+/// `pul` as `in_out` read it: NULL or valid for reading.
+unsafe fn keep_pending(
+    r: CkResult<()>,
+    session: CK_SESSION_HANDLE,
+    function: &'static str,
+    p: *mut u8,
+    pul: *mut CK_ULONG,
+) -> CkResult<()> {
+    if r != Err(CKR_PENDING) {
+        return r;
+    }
+    if p.is_null() || pul.is_null() {
+        return Err(CKR_GENERAL_ERROR);
+    }
+    // SAFETY: per the function's contract.
+    let cap = unsafe { pul.read_unaligned() } as usize;
+    let mut t = pending();
+    t.retain(|o| !(o.session == session && o.function == function));
+    t.push(PendingOut {
+        session,
+        function,
+        p: p as usize,
+        cap,
+    });
+    r
+}
+
+/// The longest function name read from a caller.
+const MAX_FUNCTION_NAME: usize = 64;
+
+/// A function name from the caller: NUL-terminated UTF-8 of at most [`MAX_FUNCTION_NAME`]
+/// bytes, else `CKR_ARGUMENTS_BAD`.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string.
+unsafe fn function_name(p: *const CK_UTF8CHAR) -> CkResult<String> {
+    if p.is_null() {
+        return Err(CKR_ARGUMENTS_BAD);
+    }
+    let mut name = Vec::new();
+    for i in 0..=MAX_FUNCTION_NAME {
+        // SAFETY: per the function's contract, bytes up to the NUL are readable.
+        let c = unsafe { p.add(i).read() };
+        if c == 0 {
+            return String::from_utf8(name).map_err(|_| CKR_ARGUMENTS_BAD);
+        }
+        name.push(c);
+    }
+    Err(CKR_ARGUMENTS_BAD)
+}
+
+/// `C_AsyncComplete`.
 pub extern "C" fn C_AsyncComplete<B: Backend>(
-    _session: CK_SESSION_HANDLE,
-    _function_name: *mut CK_UTF8CHAR,
-    _result: *mut CK_ASYNC_DATA,
+    session: CK_SESSION_HANDLE,
+    function_name_p: *mut CK_UTF8CHAR,
+    result: *mut CK_ASYNC_DATA,
 ) -> CK_RV {
-    not_supported::<B>()
+    call::<B>(|b| {
+        // SAFETY: the caller's NUL-terminated name.
+        let name = unsafe { function_name(function_name_p)? };
+        let done = b.async_complete(session, &name);
+        if done == Ok(AsyncDone::Pending) {
+            return Err(CKR_PENDING);
+        }
+        let out = {
+            let mut t = pending();
+            let i = t
+                .iter()
+                .position(|o| o.session == session && o.function == name);
+            i.map(|i| t.swap_remove(i))
+        };
+        let report = |out: &PendingOut, len: usize| {
+            if !result.is_null() {
+                // SAFETY: the caller's structure (checked non-NULL).
+                unsafe {
+                    std::ptr::addr_of_mut!((*result).pValue).write_unaligned(out.p as *mut u8);
+                    std::ptr::addr_of_mut!((*result).ulValue).write_unaligned(len as CK_ULONG);
+                }
+            }
+        };
+        let (done, out) = match (done, out) {
+            (Ok(d), Some(out)) => (d, out),
+            (Ok(_), None) => return Err(CKR_GENERAL_ERROR),
+            // The operation ended with an error: the caller gets its buffer back to free it.
+            (Err(e), out) => {
+                if let Some(out) = &out {
+                    report(out, 0);
+                }
+                return Err(e);
+            }
+        };
+        let len = match done {
+            AsyncDone::Output(bytes) if bytes.len() <= out.cap => {
+                // SAFETY: the caller's buffer of the original call, which it keeps until the
+                // operation completes, `out.cap` bytes long.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.p as *mut u8, bytes.len())
+                };
+                bytes.len()
+            }
+            AsyncDone::Output(_) => return Err(CKR_GENERAL_ERROR),
+            AsyncDone::Written(n) if n <= out.cap => n,
+            _ => return Err(CKR_GENERAL_ERROR),
+        };
+        report(&out, len);
+        Ok(())
+    })
 }
 
-/// `C_AsyncGetID`: `CKR_FUNCTION_NOT_SUPPORTED`.
+/// `C_AsyncGetID`.
 pub extern "C" fn C_AsyncGetID<B: Backend>(
-    _session: CK_SESSION_HANDLE,
-    _function_name: *mut CK_UTF8CHAR,
-    _id: *mut CK_ULONG,
+    session: CK_SESSION_HANDLE,
+    function_name_p: *mut CK_UTF8CHAR,
+    id: *mut CK_ULONG,
 ) -> CK_RV {
-    not_supported::<B>()
+    call::<B>(|b| {
+        // SAFETY: the caller's NUL-terminated name.
+        let name = unsafe { function_name(function_name_p)? };
+        let id = req(id)?;
+        let v = b.async_get_id(session, &name)?;
+        // SAFETY: checked non-NULL.
+        unsafe { put(id, v) };
+        Ok(())
+    })
 }
 
-/// `C_AsyncJoin`: `CKR_FUNCTION_NOT_SUPPORTED`.
+/// `C_AsyncJoin`.
 pub extern "C" fn C_AsyncJoin<B: Backend>(
-    _session: CK_SESSION_HANDLE,
-    _function_name: *mut CK_UTF8CHAR,
-    _id: CK_ULONG,
+    session: CK_SESSION_HANDLE,
+    function_name_p: *mut CK_UTF8CHAR,
+    id: CK_ULONG,
     _data: *mut CK_BYTE,
     _data_len: CK_ULONG,
 ) -> CK_RV {
-    not_supported::<B>()
+    call::<B>(|b| {
+        // SAFETY: the caller's NUL-terminated name.
+        let name = unsafe { function_name(function_name_p)? };
+        b.async_join(session, &name, id)
+    })
 }

@@ -153,6 +153,70 @@ fn out_call(
     }
 }
 
+/// A function name as a NUL-terminated string for the `C_Async*` functions.
+fn async_name(function: &str) -> CkResult<CString> {
+    CString::new(function).map_err(|_| CKR_ARGUMENTS_BAD)
+}
+
+/// A module's `C_Sign`/`C_Decrypt`.
+type InOutFn = unsafe extern "C" fn(
+    CK_SESSION_HANDLE,
+    *mut CK_BYTE,
+    CK_ULONG,
+    *mut CK_BYTE,
+    *mut CK_ULONG,
+) -> CK_RV;
+
+/// Runs `f` (named `function`) into a heap buffer of `len` bytes: its output at once, or the
+/// buffer kept in an [`AsyncOut`] when it answers `CKR_PENDING`.
+fn call_async(
+    function: &'static str,
+    f: InOutFn,
+    s: CK_SESSION_HANDLE,
+    data: &[u8],
+    len: usize,
+) -> CkResult<Result<Vec<u8>, AsyncOut>> {
+    let mut out = AsyncOut {
+        buf: vec![0u8; len].into_boxed_slice(),
+        session: s,
+        function,
+        done: false,
+    };
+    let mut n = ul(len);
+    // SAFETY: a function of the loaded module; an input buffer, and a heap buffer of `len`
+    // bytes that stays allocated while the call is pending (`AsyncOut`).
+    match unsafe { f(s, input(data), ul(data.len()), out.buf.as_mut_ptr(), &mut n) } {
+        CKR_OK if n as usize <= len => {
+            out.done = true;
+            Ok(Ok(out.buf[..n as usize].to_vec()))
+        }
+        CKR_PENDING => Ok(Err(out)),
+        rv => {
+            out.done = true;
+            Err(if rv == CKR_OK { CKR_GENERAL_ERROR } else { rv })
+        }
+    }
+}
+
+/// The output buffer of a call that answered `CKR_PENDING` ([`Provider::sign_async`]): the
+/// module writes into it when the operation completes, so it stays allocated until
+/// [`Provider::async_complete_out`] reports, and is leaked if dropped before.
+pub struct AsyncOut {
+    buf: Box<[u8]>,
+    session: CK_SESSION_HANDLE,
+    function: &'static str,
+    done: bool,
+}
+
+impl Drop for AsyncOut {
+    fn drop(&mut self) {
+        if !self.done {
+            // The module may still write here: never free it.
+            std::mem::forget(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
 /// A list read with the two-call protocol (`C_GetSlotList`, `C_GetMechanismList`), asked
 /// again when it grew between the two calls.
 fn read_list<T: Copy + Default>(f: impl Fn(*mut T, *mut CK_ULONG) -> CK_RV) -> CkResult<Vec<T>> {
@@ -700,6 +764,101 @@ impl Provider {
         let f = func!(self.C_SessionCancel);
         // SAFETY: a function of the loaded module.
         check(unsafe { f(s, flags) })
+    }
+
+    /// `C_AsyncComplete` (3.2) of `function`, whose call answered `CKR_PENDING` with the
+    /// buffer of a caller further up (a call passed through): `None` while it runs, else the
+    /// length the module wrote into that buffer.
+    pub fn async_complete(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<Option<usize>> {
+        linked!(self, |b| match b.async_complete(s, function)? {
+            AsyncDone::Pending => Ok(None),
+            AsyncDone::Written(n) => Ok(Some(n)),
+            // A linked backend cannot write into a buffer it never saw.
+            AsyncDone::Output(_) => Err(CKR_GENERAL_ERROR),
+        });
+        let f = func!(self.C_AsyncComplete);
+        let name = async_name(function)?;
+        let mut data = CK_ASYNC_DATA::default();
+        // SAFETY: a function of the loaded module; a NUL-terminated name and an out
+        // structure.
+        match unsafe { f(s, name.as_ptr() as *mut CK_UTF8CHAR, &mut data) } {
+            CKR_PENDING => Ok(None),
+            CKR_OK => Ok(Some(data.ulValue as usize)),
+            rv => Err(rv),
+        }
+    }
+
+    /// `C_Sign` in an asynchronous session (`CKF_ASYNC_SESSION`) into a buffer of `len`
+    /// bytes that this call allocates: the signature at once, or an [`AsyncOut`] that holds
+    /// the buffer while the module works on it ([`Provider::async_complete_out`]).
+    pub fn sign_async(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        len: usize,
+    ) -> CkResult<Result<Vec<u8>, AsyncOut>> {
+        let f = func!(self.C_Sign);
+        call_async("C_Sign", f, s, data, len)
+    }
+
+    /// `C_Decrypt` in an asynchronous session, as [`Provider::sign_async`].
+    pub fn decrypt_async(
+        &self,
+        s: CK_SESSION_HANDLE,
+        data: &[u8],
+        len: usize,
+    ) -> CkResult<Result<Vec<u8>, AsyncOut>> {
+        let f = func!(self.C_Decrypt);
+        call_async("C_Decrypt", f, s, data, len)
+    }
+
+    /// `C_AsyncComplete` of a call that answered `CKR_PENDING` with the buffer of `out`:
+    /// `None` while it runs, else the output (or the operation's error).
+    pub fn async_complete_out(&self, out: &mut AsyncOut) -> CkResult<Option<Vec<u8>>> {
+        if out.done {
+            return Err(CKR_OPERATION_NOT_INITIALIZED);
+        }
+        let f = func!(self.C_AsyncComplete);
+        let name = async_name(out.function)?;
+        let mut data = CK_ASYNC_DATA::default();
+        // SAFETY: a function of the loaded module; a NUL-terminated name and an out
+        // structure. The module writes into `out.buf`, which is still allocated.
+        let rv = unsafe { f(out.session, name.as_ptr() as *mut CK_UTF8CHAR, &mut data) };
+        match rv {
+            CKR_PENDING => Ok(None),
+            CKR_OK => {
+                out.done = true;
+                let n = data.ulValue as usize;
+                if data.pValue != out.buf.as_mut_ptr() || n > out.buf.len() {
+                    return Err(CKR_GENERAL_ERROR);
+                }
+                Ok(Some(out.buf[..n].to_vec()))
+            }
+            rv => {
+                out.done = true;
+                Err(rv)
+            }
+        }
+    }
+
+    /// `C_AsyncGetID` (3.2).
+    pub fn async_get_id(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<CK_ULONG> {
+        linked!(self, |b| b.async_get_id(s, function));
+        let f = func!(self.C_AsyncGetID);
+        let name = async_name(function)?;
+        let mut id: CK_ULONG = 0;
+        // SAFETY: a function of the loaded module; a NUL-terminated name and an out value.
+        check(unsafe { f(s, name.as_ptr() as *mut CK_UTF8CHAR, &mut id) })?;
+        Ok(id)
+    }
+
+    /// `C_AsyncJoin` (3.2), for a function without output.
+    pub fn async_join(&self, s: CK_SESSION_HANDLE, function: &str, id: CK_ULONG) -> CkResult<()> {
+        linked!(self, |b| b.async_join(s, function, id));
+        let f = func!(self.C_AsyncJoin);
+        let name = async_name(function)?;
+        // SAFETY: a function of the loaded module; a NUL-terminated name, no output buffer.
+        check(unsafe { f(s, name.as_ptr() as *mut CK_UTF8CHAR, id, null_mut(), 0) })
     }
 
     /// `C_GetOperationState`.

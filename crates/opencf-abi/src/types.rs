@@ -512,3 +512,16 @@ mod tests {
         assert_eq!(&long, b"abcd");
     }
 }
+
+/// What [`crate::Backend::async_complete`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AsyncDone {
+    /// Still running: `CKR_PENDING`.
+    Pending,
+    /// Done: the output, which the layer above writes into the caller's buffer of the
+    /// original call.
+    Output(zeroize::Zeroizing<Vec<u8>>),
+    /// Done, and already written into the caller's buffer of the original call (a call
+    /// passed through to a provider module): its length.
+    Written(usize),
+}

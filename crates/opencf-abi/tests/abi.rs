@@ -640,9 +640,27 @@ fn unsupported_and_legacy() {
         C_MessageVerifyInit(SESSION, null_mut(), 0),
         CKR_FUNCTION_NOT_SUPPORTED
     );
+    // The asynchronous functions reach a backend without them only with valid arguments.
+    let mut id: CK_ULONG = 0;
+    let name = c"C_Sign".as_ptr() as *mut CK_UTF8CHAR;
     assert_eq!(
-        C_AsyncGetID(SESSION, null_mut(), null_mut()),
+        C_AsyncGetID(SESSION, name, &mut id),
         CKR_FUNCTION_NOT_SUPPORTED
+    );
+    assert_eq!(
+        C_AsyncComplete(SESSION, name, null_mut()),
+        CKR_FUNCTION_NOT_SUPPORTED
+    );
+    assert_eq!(
+        C_AsyncGetID(SESSION, null_mut(), &mut id),
+        CKR_ARGUMENTS_BAD
+    );
+    assert_eq!(C_AsyncGetID(SESSION, name, null_mut()), CKR_ARGUMENTS_BAD);
+    let long = [b'C'; 100];
+    assert_eq!(
+        C_AsyncComplete(SESSION, long.as_ptr() as *mut CK_UTF8CHAR, null_mut()),
+        CKR_ARGUMENTS_BAD,
+        "a name without NUL in its first 64 bytes"
     );
     assert_eq!(
         C_WrapKeyAuthenticated(

@@ -26,20 +26,23 @@ pub mod gf128;
 pub mod mech;
 pub mod objects;
 pub mod pad;
+pub mod pending;
 pub mod rsa;
 pub mod sched;
 
 use blocks::{BulkOp, CtrOp, EcbOp};
 use fault::Fault;
 use gcm::{Bulk, GcmOp};
-use mech::{DecryptOp, SignOp};
+use mech::{DecryptOp, Prepared, SignOp};
 use objects::{Material, Object};
 use opencf_abi::sys::*;
 use opencf_abi::{
-    pad_field, AttrValue, Attribute, Backend, CkResult, InitArgs, MechParam, Mechanism, OutBuf,
+    pad_field, AsyncDone, AttrValue, Attribute, Backend, CkResult, InitArgs, MechParam, Mechanism,
+    OutBuf,
 };
 use openssl::cipher::Cipher;
 use openssl::cipher_ctx::{CipherCtx, CipherCtxFlags};
+use pending::{AsyncOp, Then};
 use sched::Scheduler;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,6 +67,8 @@ struct Session {
     sign: Option<SignOp>,
     encrypt: Option<BulkOp>,
     decrypt: Option<Decrypt>,
+    /// An operation that answered `CKR_PENDING` (asynchronous sessions: one at a time).
+    pending: Option<AsyncOp>,
 }
 
 type Shared<T> = RwLock<HashMap<u64, Arc<T>>>;
@@ -280,6 +285,41 @@ impl Accel {
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
     }
+
+    /// `CKR_OPERATION_ACTIVE` while `function` is pending in session `s`: its operation has
+    /// not ended until `C_AsyncComplete` reports it.
+    fn not_pending(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<()> {
+        let sess = self.session(s)?;
+        if lock(&sess)
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.function == function)
+        {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        Ok(())
+    }
+
+    /// In an asynchronous session, an operation `prepare`d for the engine is queued and the
+    /// call answers `CKR_PENDING`; one done at once (OpenSSL's path) is written to `out`.
+    fn maybe_pending(
+        &self,
+        sess: &Mutex<Session>,
+        function: &'static str,
+        prepared: Prepared<'_>,
+        key: &Arc<rsa::RsaKey>,
+        then: Then,
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
+        match prepared {
+            Prepared::Done(v) => out.write(&v).map(|_| ()),
+            Prepared::Engine(ticket, input) => {
+                let op = AsyncOp::start(function, &self.sched, ticket, key.clone(), input, then)?;
+                lock(sess).pending = Some(op);
+                Err(CKR_PENDING)
+            }
+        }
+    }
 }
 
 /// Unwraps `wrapped` under the AES key `kek` (RFC 3394, or RFC 5649 with `pad`), with the
@@ -387,7 +427,10 @@ impl Backend for Accel {
             manufacturerID: pad_field("OpenCF"),
             model: pad_field(model),
             serialNumber: pad_field("accel-0"),
-            flags: CKF_TOKEN_INITIALIZED | CKF_RNG | CKF_USER_PIN_INITIALIZED,
+            flags: CKF_TOKEN_INITIALIZED
+                | CKF_RNG
+                | CKF_USER_PIN_INITIALIZED
+                | CKF_ASYNC_SESSION_SUPPORTED,
             ulMaxSessionCount: CK_EFFECTIVELY_INFINITE,
             ulSessionCount: sessions.len() as CK_ULONG,
             ulMaxRwSessionCount: CK_EFFECTIVELY_INFINITE,
@@ -475,6 +518,14 @@ impl Backend for Accel {
         if flags & CKF_SIGN != 0 {
             st.sign = None;
         }
+        // A pending operation of a cancelled kind is dropped (its halves still run; the
+        // results are thrown away).
+        if st.pending.as_ref().is_some_and(|p| {
+            (p.function == "C_Sign" && flags & CKF_SIGN != 0)
+                || (p.function == "C_Decrypt" && flags & CKF_DECRYPT != 0)
+        }) {
+            st.pending = None;
+        }
         if flags & CKF_ENCRYPT != 0 {
             st.encrypt = None;
         }
@@ -485,6 +536,39 @@ impl Backend for Accel {
             st.find = None;
         }
         Ok(())
+    }
+
+    fn async_complete(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<AsyncDone> {
+        let sess = self.session(s)?;
+        let mut st = lock(&sess);
+        let p = (st.pending.as_ref())
+            .filter(|p| p.function == function)
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let Some(r) = p.poll(self.sched.kind()) else {
+            return Ok(AsyncDone::Pending);
+        };
+        st.pending = None;
+        r.map(AsyncDone::Output)
+    }
+
+    /// Pending operations do not outlive `C_Finalize` here.
+    fn async_get_id(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<CK_ULONG> {
+        let sess = self.session(s)?;
+        let pending = lock(&sess)
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.function == function);
+        Err(if pending {
+            CKR_STATE_UNSAVEABLE
+        } else {
+            CKR_OPERATION_NOT_INITIALIZED
+        })
+    }
+
+    /// No identifier is ever handed out ([`Accel::async_get_id`]).
+    fn async_join(&self, s: CK_SESSION_HANDLE, _function: &str, _id: CK_ULONG) -> CkResult<()> {
+        self.session(s)?;
+        Err(CKR_SAVED_STATE_INVALID)
     }
 
     /// `C_Login`: the token needs no login; a user login is accepted with any PIN and only
@@ -604,6 +688,7 @@ impl Backend for Accel {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        self.not_pending(s, "C_Decrypt")?;
         self.start(
             s,
             |st| &mut st.decrypt,
@@ -635,6 +720,13 @@ impl Backend for Accel {
             keep(op);
             return Ok(());
         }
+        // Asynchronous only with room for any plaintext: a buffer too small must be answered
+        // at once, never after `CKR_PENDING`.
+        if lock(&sess).flags & CKF_ASYNC_SESSION != 0 && out.capacity() >= op.max_len() {
+            let prepared = op.prepare(&self.sched, data, true)?;
+            let key = op.key().clone();
+            return self.maybe_pending(&sess, "C_Decrypt", prepared, &key, Then::Decrypt(op), out);
+        }
         let plain = op.decrypt(&self.sched, data)?;
         match out.write(&plain) {
             Err(CKR_BUFFER_TOO_SMALL) => {
@@ -659,6 +751,7 @@ impl Backend for Accel {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
+        self.not_pending(s, "C_Sign")?;
         self.start(
             s,
             |st| &mut st.sign,
@@ -679,6 +772,11 @@ impl Backend for Accel {
                 lock(&sess).sign = Some(op);
                 return r.map(|_| ());
             }
+        }
+        if lock(&sess).flags & CKF_ASYNC_SESSION != 0 {
+            let prepared = op.prepare(&self.sched, Some(data), true)?;
+            let key = op.key().clone();
+            return self.maybe_pending(&sess, "C_Sign", prepared, &key, Then::Sign, out);
         }
         let sig = op.sign(&self.sched, Some(data))?;
         out.write(&sig)?;

@@ -187,6 +187,14 @@ fn engine_op(
     }
 }
 
+/// A private-key operation up to the engine ([`SignOp::prepare`], [`DecryptOp::prepare`]).
+pub enum Prepared<'s> {
+    /// Done on OpenSSL's path (too few requests in flight for the engine): the output.
+    Done(Zeroizing<Vec<u8>>),
+    /// Admitted to the engine: the value to raise to `d` (an encoded message, a ciphertext).
+    Engine(Ticket<'s>, Zeroizing<Vec<u8>>),
+}
+
 /// What a signature turns its input into before the exponentiation.
 enum Encoder {
     /// `CKM_RSA_PKCS`: EMSA-PKCS1-v1_5 of the given bytes (at most `k − 11`).
@@ -303,6 +311,22 @@ impl SignOp {
     /// the scheduler does not batch is signed by OpenSSL with the key itself; a batched one
     /// is encoded here ([`crate::pad`]) and exponentiated by the engine.
     pub fn sign(&mut self, sched: &Scheduler, data: Option<&[u8]>) -> CkResult<Vec<u8>> {
+        match self.prepare(sched, data, false)? {
+            Prepared::Done(sig) => Ok(sig.to_vec()),
+            Prepared::Engine(ticket, em) => Ok(engine_op(sched, &ticket, &self.key, &em)?.to_vec()),
+        }
+    }
+
+    /// Everything of [`SignOp::sign`] before the engine: the signature itself when the
+    /// scheduler does not batch the request, else its admission and the encoded message
+    /// to exponentiate. `asynchronous`: the engine whatever the number in flight
+    /// ([`Scheduler::admit_for`]).
+    pub fn prepare<'s>(
+        &mut self,
+        sched: &'s Scheduler,
+        data: Option<&[u8]>,
+        asynchronous: bool,
+    ) -> CkResult<Prepared<'s>> {
         let k = self.key.k;
         let input = match (&mut self.enc, data) {
             (Encoder::Hashed(ctx, md, _), d) => {
@@ -320,16 +344,27 @@ impl SignOp {
                 if !self.key.below_modulus(&em) {
                     return Err(CKR_DATA_INVALID);
                 }
-                return Ok(private_op(sched, &self.key, &em)?.to_vec());
+                let ticket = (sched.admit_for(self.key.bits, asynchronous))
+                    .map_err(|_| CKR_DEVICE_MEMORY)?;
+                if !ticket.batch() {
+                    return Ok(Prepared::Done(self.key.private_openssl(&em)?));
+                }
+                return Ok(Prepared::Engine(ticket, em));
             }
             (_, Some(d)) => d.to_vec(),
         };
-        let ticket = sched.admit(self.key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
+        let ticket =
+            (sched.admit_for(self.key.bits, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
         if !ticket.batch() {
-            return self.openssl_sign(self.key.openssl(), &input);
+            let sig = self.openssl_sign(self.key.openssl(), &input)?;
+            return Ok(Prepared::Done(Zeroizing::new(sig)));
         }
-        let em = self.encode(&input)?;
-        Ok(engine_op(sched, &ticket, &self.key, &em)?.to_vec())
+        Ok(Prepared::Engine(ticket, self.encode(&input)?))
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Arc<RsaKey> {
+        &self.key
     }
 
     /// The encoded message of `input` (the data, or the digest of a hash-and-sign
@@ -410,21 +445,50 @@ impl DecryptOp {
     /// the scheduler does not batch the request, else on the engine and then unpadded by
     /// OpenSSL (identity key).
     pub fn decrypt(&self, sched: &Scheduler, input: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+        match self.prepare(sched, input, false)? {
+            Prepared::Done(plain) => Ok(plain),
+            Prepared::Engine(ticket, c) => {
+                let m = engine_op(sched, &ticket, &self.key, &c)?;
+                self.unpad(false, &m)
+            }
+        }
+    }
+
+    /// Everything of [`DecryptOp::decrypt`] before the engine: the plaintext itself when the
+    /// scheduler does not batch the request, else its admission and the ciphertext
+    /// (`asynchronous`: as for [`SignOp::prepare`]).
+    pub fn prepare<'s>(
+        &self,
+        sched: &'s Scheduler,
+        input: &[u8],
+        asynchronous: bool,
+    ) -> CkResult<Prepared<'s>> {
         self.check_len(input)?;
         if !self.key.below_modulus(input) {
             return Err(CKR_ENCRYPTED_DATA_INVALID);
         }
-        if matches!(self.pad, Unpad::Raw) {
-            return private_op(sched, &self.key, input);
+        let ticket =
+            (sched.admit_for(self.key.bits, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
+        if !ticket.batch() {
+            return Ok(Prepared::Done(self.unpad(true, input)?));
         }
-        let ticket = sched.admit(self.key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
-        let (pkey, c) = if ticket.batch() {
-            (
-                &self.key.identity,
-                engine_op(sched, &ticket, &self.key, input)?,
-            )
+        Ok(Prepared::Engine(ticket, Zeroizing::new(input.to_vec())))
+    }
+
+    /// The plaintext: of `c` decrypted by OpenSSL with the key itself (`private`), or of the
+    /// raw result `c = input^d mod n` of the engine (unpadded with the identity key).
+    pub fn unpad(&self, private: bool, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
+        if matches!(self.pad, Unpad::Raw) {
+            return if private {
+                self.key.private_openssl(c)
+            } else {
+                Ok(Zeroizing::new(c.to_vec()))
+            };
+        }
+        let pkey = if private {
+            self.key.openssl()
         } else {
-            (self.key.openssl(), Zeroizing::new(input.to_vec()))
+            &self.key.identity
         };
         let mut ctx = PkeyCtx::new(pkey).map_err(ossl)?;
         ctx.decrypt_init().map_err(ossl)?;
@@ -445,9 +509,14 @@ impl DecryptOp {
         }
         let mut out = Zeroizing::new(vec![0u8; self.key.k]);
         let n = ctx
-            .decrypt(&c, Some(&mut out))
+            .decrypt(c, Some(&mut out))
             .map_err(|_| CKR_ENCRYPTED_DATA_INVALID)?;
         out.truncate(n);
         Ok(out)
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Arc<RsaKey> {
+        &self.key
     }
 }

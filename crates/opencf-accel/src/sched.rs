@@ -64,6 +64,40 @@ struct Settled {
     lost: bool,
 }
 
+impl Settled {
+    /// Both halves, once settled; `None` when one was lost.
+    fn take(&mut self) -> Option<[Zeroizing<Vec<u64>>; 2]> {
+        if self.lost {
+            return None;
+        }
+        let [Some(a), Some(b)] = std::mem::take(&mut self.halves) else {
+            return None;
+        };
+        Some([a, b])
+    }
+}
+
+/// A request queued without waiting ([`Scheduler::submit`]), counted in flight until dropped.
+pub struct Submitted {
+    reply: Arc<Reply>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Submitted {
+    /// `None` while a pass still runs a half; then the two halves, or `Some(None)` when one
+    /// was lost (its pass panicked). Never blocks.
+    pub fn poll(&self) -> Option<Option<[Zeroizing<Vec<u64>>; 2]>> {
+        let mut s = self.reply.state.lock().unwrap_or_else(|e| e.into_inner());
+        (s.count == 2).then(|| s.take())
+    }
+}
+
+impl Drop for Submitted {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A half's handle on its request's [`Reply`]: answers once ([`Replier::send`]); dropped
 /// unanswered, it settles the half as lost, so the caller never waits for it forever.
 struct Replier {
@@ -164,8 +198,8 @@ pub struct Scheduler {
     kind: Kind,
     workers: OnceLock<Workers>,
     next: AtomicUsize,
-    /// Requests admitted and not yet answered, on either path.
-    in_flight: AtomicUsize,
+    /// Requests admitted and not yet answered, on either path (shared with [`Submitted`]).
+    in_flight: Arc<AtomicUsize>,
     /// What workers read to decide whether to hold a partial batch.
     demand: Arc<Demand>,
     stop: Arc<AtomicBool>,
@@ -216,7 +250,7 @@ impl Scheduler {
             kind,
             workers: OnceLock::new(),
             next: AtomicUsize::new(0),
-            in_flight: AtomicUsize::new(0),
+            in_flight: Arc::new(AtomicUsize::new(0)),
             demand: Arc::new(Demand::new()),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
@@ -277,13 +311,20 @@ impl Scheduler {
     /// switch `engine-error` sends every request to the engine (it tests the engine's
     /// check); `busy` refuses every request.
     pub fn admit(&self, bits: usize) -> Result<Ticket<'_>, Busy> {
+        self.admit_for(bits, false)
+    }
+
+    /// [`Scheduler::admit`], or with `always` to the engine whatever the number in flight:
+    /// for a caller that does not wait (an asynchronous session), whose requests stay in
+    /// flight while it queues more.
+    pub fn admit_for(&self, bits: usize, always: bool) -> Result<Ticket<'_>, Busy> {
         let fault = fault::current();
         if fault == Fault::Busy {
             return Err(Busy);
         }
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         let peak = self.demand.observe(n);
-        let batch = fault == Fault::EngineError || peak >= batch_threshold(bits);
+        let batch = always || fault == Fault::EngineError || peak >= batch_threshold(bits);
         if batch {
             self.demand.coming.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -341,6 +382,39 @@ impl Scheduler {
         key: &Arc<RsaKey>,
         pend: &Pending,
     ) -> Result<Option<[Zeroizing<Vec<u64>>; 2]>, Busy> {
+        let reply = self.queue(ticket, key, pend)?;
+        let mut s = reply.state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.count < 2 {
+            s = reply.done.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(s.take())
+    }
+
+    /// Queues the two halves of `pend` like [`Scheduler::run`] and returns at once; the
+    /// request stays counted in flight (the ticket's count moves to the [`Submitted`]) until
+    /// that is dropped. For asynchronous sessions: the caller polls.
+    pub fn submit(
+        &self,
+        ticket: Ticket<'_>,
+        key: &Arc<RsaKey>,
+        pend: &Pending,
+    ) -> Result<Submitted, Busy> {
+        let reply = self.queue(&ticket, key, pend)?;
+        // The ticket is queued (not "coming" any more); its count in flight moves on.
+        std::mem::forget(ticket);
+        Ok(Submitted {
+            reply,
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    /// Pushes the two halves of `pend` onto a queue and wakes its worker where needed.
+    fn queue(
+        &self,
+        ticket: &Ticket<'_>,
+        key: &Arc<RsaKey>,
+        pend: &Pending,
+    ) -> Result<Arc<Reply>, Busy> {
         let w = self.workers();
         let q = &w.queues[self.pick(&w.queues)];
         let reply = Arc::new(Reply::default());
@@ -381,17 +455,7 @@ impl Scheduler {
         if wake {
             q.ready.notify_one();
         }
-        let mut s = reply.state.lock().unwrap_or_else(|e| e.into_inner());
-        while s.count < 2 {
-            s = reply.done.wait(s).unwrap_or_else(|e| e.into_inner());
-        }
-        if s.lost {
-            return Ok(None);
-        }
-        let [Some(a), Some(b)] = std::mem::take(&mut s.halves) else {
-            return Ok(None);
-        };
-        Ok(Some([a, b]))
+        Ok(reply)
     }
 
     /// Stops and joins the workers (`C_Finalize`).

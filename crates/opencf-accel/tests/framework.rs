@@ -25,24 +25,15 @@ use openssl::pkey::{PKey, Public};
 use openssl::rsa::{Padding, Rsa};
 use openssl::sign::{RsaPssSaltlen, Verifier};
 use openssl::symm::Cipher;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+// Of the shared helpers, `release()` serves here (the rest load the accelerator alone).
+#[allow(dead_code)]
+mod common;
+use common::release;
 
 /// `CKM_AES_GCM`.
 const CKM_AES_GCM: u64 = 0x1087;
-
-fn release(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap();
-    let p = root.join("target/release").join(name);
-    assert!(
-        p.exists(),
-        "{} missing: cargo build --release -p opencf-accel -p opencf -p opencf-softtoken -p cryptoadm",
-        p.display()
-    );
-    p
-}
 
 /// (operations, fallbacks) of `provider`, summed over mechanisms.
 fn counters(dir: &Path, provider: &str) -> (u64, u64) {

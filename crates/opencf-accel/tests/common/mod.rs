@@ -2,6 +2,7 @@
 //! test process, and sessions on its slot.
 
 pub mod data;
+pub mod raw;
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::session::Session;
@@ -51,4 +52,20 @@ pub fn session() -> Session {
 pub fn start(here: fn() -> bool) -> Option<(MutexGuard<'static, ()>, Session)> {
     let g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     here().then(|| (g, session()))
+}
+
+/// `target/release/NAME`, which must exist (the tests that load the framework).
+#[allow(dead_code)]
+pub fn release(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap();
+    let p = root.join("target/release").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: cargo build --release -p opencf-accel -p opencf -p opencf-softtoken -p cryptoadm",
+        p.display()
+    );
+    p
 }

@@ -1,0 +1,120 @@
+//! Asynchronous sessions through the framework, `libopencf.so` over [accel, softtoken]: on
+//! the metaslot (slot 0), whose sessions in the accelerator are then asynchronous too, and on
+//! the accelerator's own slot (passed through). One thread keeps many signatures in flight
+//! and collects them with `C_AsyncComplete`; every signature is checked with OpenSSL.
+//!
+//! Build first: `cargo build --release -p opencf-accel -p opencf -p opencf-softtoken`.
+
+// Of the shared helpers, `release()` and `raw` serve here.
+#[allow(dead_code)]
+mod common;
+
+use common::raw::{create_rsa_key, verifies};
+use common::release;
+use opencf_abi::provider::{AsyncOut, Provider};
+use opencf_abi::sys::*;
+use opencf_abi::Mechanism;
+use openssl::rsa::Rsa;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Signs `n` messages on `n` asynchronous sessions of `slot` with `key` (created in the first
+/// session), collects the pending ones, checks every signature; returns how many pended.
+fn sign_many(p: &Provider, slot: CK_SLOT_ID, n: usize) -> usize {
+    let rsa = Rsa::generate(2048).unwrap();
+    let open = || {
+        p.open_session(slot, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION)
+            .expect("C_OpenSession with CKF_ASYNC_SESSION")
+    };
+    let sessions: Vec<_> = (0..n).map(|_| open()).collect();
+    let key = create_rsa_key(p, sessions[0], &rsa);
+    let mut pending: Vec<(usize, AsyncOut)> = Vec::new();
+    for (i, &s) in sessions.iter().enumerate() {
+        p.sign_init(s, &Mechanism::new(CKM_SHA256_RSA_PKCS), key)
+            .unwrap();
+        let msg = format!("message {i}");
+        match p.sign_async(s, msg.as_bytes(), 256).expect("C_Sign") {
+            Ok(sig) => assert!(verifies(&rsa, msg.as_bytes(), &sig)),
+            Err(out) => pending.push((i, out)),
+        }
+    }
+    let pended = pending.len();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pending.is_empty() {
+        assert!(Instant::now() < deadline, "pending calls never completed");
+        pending.retain_mut(|(i, out)| match p.async_complete_out(out) {
+            Ok(None) => true,
+            Ok(Some(sig)) => {
+                let msg = format!("message {i}");
+                assert!(verifies(&rsa, msg.as_bytes(), &sig), "signature {i}");
+                false
+            }
+            Err(rv) => panic!("C_AsyncComplete of signature {i}: {rv:#x}"),
+        });
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    for s in sessions {
+        p.close_session(s).unwrap();
+    }
+    pended
+}
+
+#[test]
+fn asynchronous_sessions_through_the_framework() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("accel-async-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("softtoken")).unwrap();
+    let conf = format!(
+        "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n\n\
+         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
+         [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
+        release("libopencf_accel.so").display(),
+        release("libopencf_softtoken.so").display()
+    );
+    std::fs::write(dir.join("opencf.toml"), conf).unwrap();
+    std::env::set_var("OPENCF_CONF", dir.join("opencf.toml"));
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", dir.join("softtoken"));
+    std::env::set_var("OPENCF_STAT_DIR", dir.join("stat"));
+    let p = Provider::load(&release("libopencf.so")).expect("load libopencf.so");
+    p.initialize().unwrap();
+    if opencf_accel::engine::provider_engine().is_none() {
+        eprintln!("SKIP: no RSA engine on this CPU; asynchronous sessions not exercised");
+        return;
+    }
+    let meta = p.get_token_info(0).unwrap();
+    assert_ne!(
+        meta.flags & CKF_ASYNC_SESSION_SUPPORTED,
+        0,
+        "the metaslot offers asynchronous sessions when a provider does"
+    );
+    let n = opencf_accel::sched::batch_threshold(2048) + 8;
+    let pended = sign_many(&p, 0, n);
+    assert!(pended >= 8, "slot 0: {pended} of {n} pended");
+    let accel = (p.get_slot_list(true).unwrap().into_iter())
+        .find(|&s| {
+            let l = p.get_token_info(s).unwrap().label;
+            String::from_utf8_lossy(&l).trim_end() == opencf_accel::LABEL
+        })
+        .expect("the accelerator's own slot");
+    let pended = sign_many(&p, accel, n);
+    assert!(
+        pended >= 8,
+        "the accelerator's slot: {pended} of {n} pended"
+    );
+    // Nothing pending: the framework's answers.
+    let s = p
+        .open_session(0, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION)
+        .unwrap();
+    assert_eq!(
+        p.async_complete(s, "C_Sign"),
+        Err(CKR_OPERATION_NOT_INITIALIZED)
+    );
+    assert_eq!(
+        p.async_get_id(s, "C_Sign"),
+        Err(CKR_OPERATION_NOT_INITIALIZED)
+    );
+    assert_eq!(p.async_join(s, "C_Sign", 1), Err(CKR_SAVED_STATE_INVALID));
+    p.close_session(s).unwrap();
+    p.finalize().unwrap();
+}

@@ -65,6 +65,15 @@ impl Backend for OpenCf {
     fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
         OpenCf::session_cancel(self, s, flags)
     }
+    fn async_complete(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<AsyncDone> {
+        OpenCf::async_complete(self, s, function)
+    }
+    fn async_get_id(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<CK_ULONG> {
+        OpenCf::async_get_id(self, s, function)
+    }
+    fn async_join(&self, s: CK_SESSION_HANDLE, function: &str, id: CK_ULONG) -> CkResult<()> {
+        OpenCf::async_join(self, s, function, id)
+    }
     fn get_operation_state(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
         OpenCf::get_operation_state(self, s, out)
     }

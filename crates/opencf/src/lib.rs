@@ -27,6 +27,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod asynchronous;
 pub mod crypt;
 pub mod digest;
 pub mod dual;

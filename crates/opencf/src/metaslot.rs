@@ -239,6 +239,9 @@ pub struct MetaSession {
     /// an init bound to the linked keystore parses its parameter there for the keystore
     /// instead of the keystore allocating a parse of its own.
     pub spare: Option<Box<Kept>>,
+    /// Single-part calls a provider answered `CKR_PENDING` (asynchronous sessions):
+    /// (function name, provider index, provider session), for `C_AsyncComplete`.
+    pub pending: Vec<(&'static str, usize, CK_SESSION_HANDLE)>,
 }
 
 /// One operation in this many has its latency measured for `cryptoadm stat` (reading the
@@ -261,7 +264,22 @@ impl MetaSession {
             last_counters: None,
             direct: [None; OP_KINDS],
             spare: None,
+            pending: Vec::new(),
         }
+    }
+    /// After a single-part call of `kind` bound at `b`: a `CKR_PENDING` answer is kept for
+    /// `C_AsyncComplete` (only `C_Sign` and `C_Decrypt` are answered so).
+    pub fn keep_pending(&mut self, kind: OpKind, b: &Bound, r: &CkResult<()>) {
+        if *r != Err(CKR_PENDING) {
+            return;
+        }
+        let function = match kind {
+            OpKind::Sign => "C_Sign",
+            OpKind::Decrypt => "C_Decrypt",
+            _ => return,
+        };
+        self.pending.retain(|(f, ..)| *f != function);
+        self.pending.push((function, b.prov, b.h));
     }
     /// The session's counters of provider `prov` for mechanism `mech` (`stats`: that
     /// provider's).

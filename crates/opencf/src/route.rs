@@ -301,7 +301,12 @@ impl OpenCf {
         }
         let pr = &self.providers[prov];
         let slot = pr.meta_slot.ok_or(CKR_DEVICE_REMOVED)?;
-        let h = pr.p.open_session(slot, CKF_SERIAL_SESSION)?;
+        // An asynchronous metaslot session is asynchronous in the providers that offer it.
+        let async_too = ms.flags & CKF_ASYNC_SESSION != 0
+            && (pr.p.get_token_info(slot))
+                .is_ok_and(|t| t.flags & CKF_ASYNC_SESSION_SUPPORTED != 0);
+        let flags = CKF_SERIAL_SESSION | if async_too { CKF_ASYNC_SESSION } else { 0 };
+        let h = pr.p.open_session(slot, flags)?;
         ms.others.push((prov, h));
         Ok(h)
     }
@@ -820,6 +825,7 @@ impl OpenCf {
             }
             r => {
                 ran(b.counters, &r, len as u64, t0);
+                ms.keep_pending(kind, &b, &r);
                 if let Some(Op { kept: Some(k), .. }) = ms.ops[kind as usize].take() {
                     ms.spare = Some(k);
                 }
@@ -890,6 +896,7 @@ impl OpenCf {
                 Err(e) if recoverable(e) => failure = Some((b, e)),
                 r => {
                     ran(b.counters, &r, len as u64, t0);
+                    msr.keep_pending(kind, &b, &r);
                     msr.ops[kind as usize] = None;
                     return r;
                 }
@@ -1059,7 +1066,8 @@ fn ran(
         return;
     };
     match r {
-        Ok(()) | Err(CKR_SIGNATURE_INVALID | CKR_SIGNATURE_LEN_RANGE) => {
+        // A call answered `CKR_PENDING` (asynchronous session) counts when it is accepted.
+        Ok(()) | Err(CKR_SIGNATURE_INVALID | CKR_SIGNATURE_LEN_RANGE | CKR_PENDING) => {
             c.count(bytes);
             if let Some(t0) = t0 {
                 c.latency(t0.elapsed().as_nanos() as u64);

@@ -53,6 +53,16 @@ impl OpenCf {
             let mut ti = self.p(m.keystore).get_token_info(m.ks_slot)?;
             ti.label = pad_field(METASLOT_LABEL);
             ti.model = pad_field("metaslot");
+            // Asynchronous sessions pass through to the providers that offer them.
+            ti.flags &= !CKF_ASYNC_SESSION_SUPPORTED;
+            if self.providers.iter().any(|pr| {
+                pr.meta_slot.is_some_and(|s| {
+                    (pr.p.get_token_info(s))
+                        .is_ok_and(|t| t.flags & CKF_ASYNC_SESSION_SUPPORTED != 0)
+                })
+            }) {
+                ti.flags |= CKF_ASYNC_SESSION_SUPPORTED;
+            }
             return Ok(ti);
         }
         let (p, ps) = self.provider_slot(slot)?;

@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+mod asynchronous;
 mod bench;
 mod breakeven;
 mod chart;
@@ -137,6 +138,11 @@ struct Args {
     /// line for the configuration.
     #[arg(long)]
     break_even: bool,
+    /// RSA signatures (CKM_SHA256_RSA_PKCS[_PSS]): also measure one thread that keeps N of
+    /// them in flight on N asynchronous sessions of --module (PKCS#11 3.2
+    /// CKF_ASYNC_SESSION, C_AsyncComplete), printed under the tables.
+    #[arg(long, value_name = "N")]
+    async_depth: Option<usize>,
     /// Print the results as JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -589,6 +595,23 @@ fn run(args: Args) -> Result<bool, String> {
 
     report.notes = report::notes();
     finish(&args, &report)?;
+    if let Some(depth) = args.async_depth.filter(|&d| d > 0) {
+        for bench in jobs.iter().map(|j| j.bench) {
+            if !matches!(bench, Bench::Rsa { op: PkOp::Sign, .. }) {
+                continue;
+            }
+            let r =
+                asynchronous::sign_rates(&ours.path, ours.slot.id(), bench, depth, runs, seconds);
+            match r {
+                Ok(r) if tables => asynchronous::print(&bench.name(), depth, &r),
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("cfspeed: {}: asynchronous sessions: {e}", bench.name());
+                    all_ok = false;
+                }
+            }
+        }
+    }
     Ok(all_ok)
 }
 

@@ -158,7 +158,7 @@ macro_rules! pss {
 
 /// Verifies with OpenSSL a signature made by benchmark `bench`'s mechanism
 /// (`der`: an ECDSA signature is DER rather than `r || s`).
-fn ossl_verify<T: openssl::pkey::HasPublic>(
+pub(crate) fn ossl_verify<T: openssl::pkey::HasPublic>(
     bench: Bench,
     key: &PKey<T>,
     data: &[u8],

@@ -1,0 +1,194 @@
+//! `--async-depth N`: RSA signatures from one thread that keeps `N` of them in flight, one per
+//! asynchronous session (PKCS#11 3.2: `CKF_ASYNC_SESSION`, `CKR_PENDING`,
+//! `C_AsyncComplete`). The thread starts a signature in every idle session, then polls the
+//! pending ones; when a sweep finds none done it sleeps 50 µs (a pass of the accelerator's
+//! engine takes a few hundred). A signature answered at once counts like one completed later.
+//!
+//! The key is made in OpenSSL and created by value in the module as a public session object
+//! (no login); the first signature of each run is checked with OpenSSL.
+
+use crate::bench::median;
+use crate::cpu;
+use crate::mechs::ossl_verify;
+use crate::spec::{Bench, RsaMech};
+use opencf_abi::provider::{AsyncOut, Provider};
+use opencf_abi::sys::*;
+use opencf_abi::{Attribute, MechParam, Mechanism};
+use openssl::pkey::PKey;
+use openssl::rsa::Rsa;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The message signed.
+const MESSAGE: &[u8] = b"cfspeed signs this asynchronously";
+
+/// What the runs measured.
+pub struct AsyncRates {
+    /// Signatures per second, per run.
+    pub rates: Vec<f64>,
+    /// CPU of the process over each run, in % of one CPU.
+    pub cpu: Vec<f64>,
+}
+
+fn err(what: &str) -> impl Fn(CK_RV) -> String + '_ {
+    move |rv| format!("{what} returned {}", crate::raw::rv_name(rv))
+}
+
+fn attr(kind: CK_ATTRIBUTE_TYPE, value: impl Into<Vec<u8>>) -> Attribute {
+    Attribute::new(kind, value.into())
+}
+
+/// Runs `runs` timed runs of `seconds` of benchmark `bench` (an RSA signature) on slot `slot`
+/// of the module at `path` (already initialized by the caller's other handle).
+pub fn sign_rates(
+    path: &Path,
+    slot: CK_SLOT_ID,
+    bench: Bench,
+    depth: usize,
+    runs: usize,
+    seconds: f64,
+) -> Result<AsyncRates, String> {
+    let Bench::Rsa { mech, bits, .. } = bench else {
+        return Err("--async-depth measures RSA signatures only".into());
+    };
+    let p = Provider::load(path).map_err(|e| e.to_string())?;
+    match p.initialize() {
+        Ok(()) | Err(CKR_CRYPTOKI_ALREADY_INITIALIZED) => {}
+        Err(rv) => return Err(err("C_Initialize")(rv)),
+    }
+    let info = p.get_token_info(slot).map_err(err("C_GetTokenInfo"))?;
+    if info.flags & CKF_ASYNC_SESSION_SUPPORTED == 0 {
+        return Err("the token does not offer asynchronous sessions".into());
+    }
+    let rsa = Rsa::generate(bits).map_err(|e| e.to_string())?;
+    let public = PKey::from_rsa(rsa.clone()).map_err(|e| e.to_string())?;
+    let sessions = (0..depth)
+        .map(|_| p.open_session(slot, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err("C_OpenSession"))?;
+    let ul = |v: CK_ULONG| v.to_ne_bytes().to_vec();
+    let big = |b: Option<&openssl::bn::BigNumRef>| b.map(|b| b.to_vec()).unwrap_or_default();
+    let template = [
+        attr(CKA_CLASS, ul(CKO_PRIVATE_KEY)),
+        attr(CKA_KEY_TYPE, ul(CKK_RSA)),
+        attr(CKA_TOKEN, [0u8]),
+        attr(CKA_PRIVATE, [0u8]),
+        attr(CKA_SENSITIVE, [0u8]),
+        attr(CKA_SIGN, [1u8]),
+        attr(CKA_MODULUS, rsa.n().to_vec()),
+        attr(CKA_PUBLIC_EXPONENT, rsa.e().to_vec()),
+        attr(CKA_PRIVATE_EXPONENT, rsa.d().to_vec()),
+        attr(CKA_PRIME_1, big(rsa.p())),
+        attr(CKA_PRIME_2, big(rsa.q())),
+        attr(CKA_EXPONENT_1, big(rsa.dmp1())),
+        attr(CKA_EXPONENT_2, big(rsa.dmq1())),
+        attr(CKA_COEFFICIENT, big(rsa.iqmp())),
+    ];
+    let key = (p.create_object(sessions[0], &template)).map_err(err("C_CreateObject"))?;
+    let m = match mech {
+        RsaMech::Pkcs => Mechanism::new(CKM_SHA256_RSA_PKCS),
+        RsaMech::Pss => Mechanism {
+            mechanism: CKM_SHA256_RSA_PKCS_PSS,
+            param: MechParam::RsaPss {
+                hash_alg: CKM_SHA256,
+                mgf: CKG_MGF1_SHA256,
+                salt_len: 32,
+            },
+        },
+        RsaMech::Oaep => return Err("--async-depth measures RSA signatures only".into()),
+    };
+    let k = bits as usize / 8;
+    let mut out = AsyncRates {
+        rates: Vec::new(),
+        cpu: Vec::new(),
+    };
+    let run = |timed: Duration| -> Result<(u64, Duration, Duration), String> {
+        let mut slots: Vec<Option<AsyncOut>> = (0..depth).map(|_| None).collect();
+        let (mut done, mut checked) = (0u64, false);
+        let mut check = |sig: &[u8]| -> Result<(), String> {
+            if !checked {
+                checked = true;
+                if !ossl_verify(bench, &public, MESSAGE, sig).unwrap_or(false) {
+                    return Err("an asynchronous signature does not verify".into());
+                }
+            }
+            Ok(())
+        };
+        let (t0, c0) = (Instant::now(), cpu::usage().cpu);
+        let (mut span, mut spent) = (timed, Duration::ZERO);
+        let mut draining = false;
+        loop {
+            if !draining && t0.elapsed() >= timed {
+                draining = true;
+                (span, spent) = (t0.elapsed(), cpu::usage().cpu - c0);
+            }
+            let mut progress = false;
+            for (i, slot) in slots.iter_mut().enumerate() {
+                match slot {
+                    None if !draining => {
+                        p.sign_init(sessions[i], &m, key)
+                            .map_err(err("C_SignInit"))?;
+                        match p
+                            .sign_async(sessions[i], MESSAGE, k)
+                            .map_err(err("C_Sign"))?
+                        {
+                            Ok(sig) => {
+                                check(&sig)?;
+                                done += 1;
+                                progress = true;
+                            }
+                            Err(pending) => *slot = Some(pending),
+                        }
+                    }
+                    None => {}
+                    Some(pending) => {
+                        if let Some(sig) =
+                            (p.async_complete_out(pending)).map_err(err("C_AsyncComplete"))?
+                        {
+                            check(&sig)?;
+                            *slot = None;
+                            progress = true;
+                            if !draining {
+                                done += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            if draining && slots.iter().all(Option::is_none) {
+                break;
+            }
+            if !progress {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        // Counted: the signatures completed within the timed span; the drain after it is
+        // neither counted nor timed.
+        Ok((done, span, spent))
+    };
+    run(Duration::from_secs_f64((seconds * 0.2).clamp(0.05, 0.3)))?;
+    for _ in 0..runs {
+        let (n, t, c) = run(Duration::from_secs_f64(seconds))?;
+        out.rates.push(n as f64 / t.as_secs_f64());
+        out.cpu.push(100.0 * c.as_secs_f64() / t.as_secs_f64());
+    }
+    for s in sessions {
+        let _ = p.close_session(s);
+    }
+    Ok(out)
+}
+
+/// Prints the figures of [`sign_rates`] under the tables.
+pub fn print(name: &str, depth: usize, r: &AsyncRates) {
+    println!();
+    println!(
+        "{name}, one thread, {depth} asynchronous sessions (C_Sign answered CKR_PENDING, \
+         collected with C_AsyncComplete)"
+    );
+    println!(
+        "  ours async       1 thr, {depth} in flight: {:>8.0} ops/s   cpu% {:.0}   (median of {} runs)",
+        median(&r.rates),
+        median(&r.cpu),
+        r.rates.len()
+    );
+}

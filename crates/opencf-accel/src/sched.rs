@@ -77,10 +77,11 @@ impl Settled {
     }
 }
 
-/// A request queued without waiting ([`Scheduler::submit`]), counted in flight until dropped.
+/// A request queued without waiting ([`Scheduler::submit`]); counted in flight until dropped
+/// when its ticket was.
 pub struct Submitted {
     reply: Arc<Reply>,
-    in_flight: Arc<AtomicUsize>,
+    in_flight: Option<Arc<AtomicUsize>>,
 }
 
 impl Submitted {
@@ -94,7 +95,9 @@ impl Submitted {
 
 impl Drop for Submitted {
     fn drop(&mut self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(n) = &self.in_flight {
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -224,6 +227,8 @@ pub struct Ticket<'a> {
     batch: bool,
     /// Its halves are queued ([`Scheduler::run`]): no longer counted as coming.
     queued: Cell<bool>,
+    /// Counted in [`Scheduler::in_flight`] (not a request of an asynchronous session).
+    counted: bool,
 }
 
 impl Ticket<'_> {
@@ -239,7 +244,9 @@ impl Drop for Ticket<'_> {
             // Admitted to the engine but never queued (an error before the pass).
             self.sched.arrived();
         }
-        self.sched.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.sched.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -316,15 +323,20 @@ impl Scheduler {
 
     /// [`Scheduler::admit`], or with `always` to the engine whatever the number in flight:
     /// for a caller that does not wait (an asynchronous session), whose requests stay in
-    /// flight while it queues more.
+    /// flight while it queues more. Such requests are not counted in flight: that count
+    /// tells workers how many blocked callers will come back with their next request (and a
+    /// partial batch waits for them), while an asynchronous caller comes back only when it
+    /// polls.
     pub fn admit_for(&self, bits: usize, always: bool) -> Result<Ticket<'_>, Busy> {
         let fault = fault::current();
         if fault == Fault::Busy {
             return Err(Busy);
         }
-        let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        let peak = self.demand.observe(n);
-        let batch = always || fault == Fault::EngineError || peak >= batch_threshold(bits);
+        let batch = always || {
+            let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+            let peak = self.demand.observe(n);
+            fault == Fault::EngineError || peak >= batch_threshold(bits)
+        };
         if batch {
             self.demand.coming.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -334,6 +346,7 @@ impl Scheduler {
             sched: self,
             batch,
             queued: Cell::new(false),
+            counted: !always,
         })
     }
 
@@ -390,8 +403,8 @@ impl Scheduler {
         Ok(s.take())
     }
 
-    /// Queues the two halves of `pend` like [`Scheduler::run`] and returns at once; the
-    /// request stays counted in flight (the ticket's count moves to the [`Submitted`]) until
+    /// Queues the two halves of `pend` like [`Scheduler::run`] and returns at once; a request
+    /// counted in flight stays counted (the ticket's count moves to the [`Submitted`]) until
     /// that is dropped. For asynchronous sessions: the caller polls.
     pub fn submit(
         &self,
@@ -401,11 +414,9 @@ impl Scheduler {
     ) -> Result<Submitted, Busy> {
         let reply = self.queue(&ticket, key, pend)?;
         // The ticket is queued (not "coming" any more); its count in flight moves on.
+        let in_flight = ticket.counted.then(|| self.in_flight.clone());
         std::mem::forget(ticket);
-        Ok(Submitted {
-            reply,
-            in_flight: self.in_flight.clone(),
-        })
+        Ok(Submitted { reply, in_flight })
     }
 
     /// Pushes the two halves of `pend` onto a queue and wakes its worker where needed.

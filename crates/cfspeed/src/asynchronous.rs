@@ -1,8 +1,10 @@
 //! `--async-depth N`: RSA signatures from one thread that keeps `N` of them in flight, one per
 //! asynchronous session (PKCS#11 3.2: `CKF_ASYNC_SESSION`, `CKR_PENDING`,
 //! `C_AsyncComplete`). The thread starts a signature in every idle session, then polls the
-//! pending ones; when a sweep finds none done it sleeps 50 µs (a pass of the accelerator's
-//! engine takes a few hundred). A signature answered at once counts like one completed later.
+//! oldest pending one (they finish about in the order they were made): done, it starts that
+//! session's next signature and polls the next oldest; still pending, it sleeps 50 µs (a pass
+//! of the accelerator's engine takes a few hundred). A signature answered at once counts like
+//! one completed later.
 //!
 //! The key is made in OpenSSL and created by value in the module as a public session object
 //! (no login); the first signature of each run is checked with OpenSSL.
@@ -16,6 +18,7 @@ use opencf_abi::sys::*;
 use opencf_abi::{Attribute, MechParam, Mechanism};
 use openssl::pkey::PKey;
 use openssl::rsa::Rsa;
+use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -103,63 +106,68 @@ pub fn sign_rates(
         cpu: Vec::new(),
     };
     let run = |timed: Duration| -> Result<(u64, Duration, Duration), String> {
-        let mut slots: Vec<Option<AsyncOut>> = (0..depth).map(|_| None).collect();
-        let (mut done, mut checked) = (0u64, false);
-        let mut check = |sig: &[u8]| -> Result<(), String> {
-            if !checked {
-                checked = true;
-                if !ossl_verify(bench, &public, MESSAGE, sig).unwrap_or(false) {
-                    return Err("an asynchronous signature does not verify".into());
-                }
+        // Pending calls in the order they were made, which is about the order they finish:
+        // the oldest is polled first, and a sweep stops at the first still pending.
+        let mut pending: VecDeque<(usize, AsyncOut)> = VecDeque::with_capacity(depth);
+        let (mut done, checked) = (0u64, std::cell::Cell::new(false));
+        let check = |sig: &[u8]| -> Result<(), String> {
+            if !checked.replace(true) && !ossl_verify(bench, &public, MESSAGE, sig).unwrap_or(false)
+            {
+                return Err("an asynchronous signature does not verify".into());
             }
             Ok(())
         };
+        // Starts a signature in session `i`: `Some` when it pends, else it was counted.
+        let start = |i: usize, done: &mut u64| -> Result<Option<AsyncOut>, String> {
+            p.sign_init(sessions[i], &m, key)
+                .map_err(err("C_SignInit"))?;
+            match (p.sign_async(sessions[i], MESSAGE, k)).map_err(err("C_Sign"))? {
+                Ok(sig) => {
+                    check(&sig)?;
+                    *done += 1;
+                    Ok(None)
+                }
+                Err(out) => Ok(Some(out)),
+            }
+        };
         let (t0, c0) = (Instant::now(), cpu::usage().cpu);
         let (mut span, mut spent) = (timed, Duration::ZERO);
+        let mut idle: Vec<usize> = (0..depth).collect();
         let mut draining = false;
         loop {
             if !draining && t0.elapsed() >= timed {
                 draining = true;
                 (span, spent) = (t0.elapsed(), cpu::usage().cpu - c0);
             }
-            let mut progress = false;
-            for (i, slot) in slots.iter_mut().enumerate() {
-                match slot {
-                    None if !draining => {
-                        p.sign_init(sessions[i], &m, key)
-                            .map_err(err("C_SignInit"))?;
-                        match p
-                            .sign_async(sessions[i], MESSAGE, k)
-                            .map_err(err("C_Sign"))?
-                        {
-                            Ok(sig) => {
-                                check(&sig)?;
-                                done += 1;
-                                progress = true;
-                            }
-                            Err(pending) => *slot = Some(pending),
-                        }
-                    }
-                    None => {}
-                    Some(pending) => {
-                        if let Some(sig) =
-                            (p.async_complete_out(pending)).map_err(err("C_AsyncComplete"))?
-                        {
-                            check(&sig)?;
-                            *slot = None;
-                            progress = true;
-                            if !draining {
-                                done += 1;
+            if !draining {
+                while let Some(i) = idle.pop() {
+                    match start(i, &mut done)? {
+                        Some(out) => pending.push_back((i, out)),
+                        None => {
+                            idle.push(i);
+                            if t0.elapsed() >= timed {
+                                break;
                             }
                         }
                     }
                 }
             }
-            if draining && slots.iter().all(Option::is_none) {
-                break;
-            }
-            if !progress {
-                std::thread::sleep(Duration::from_micros(50));
+            let Some((i, out)) = pending.front_mut() else {
+                if draining {
+                    break;
+                }
+                continue;
+            };
+            match (p.async_complete_out(out)).map_err(err("C_AsyncComplete"))? {
+                Some(sig) => {
+                    check(&sig)?;
+                    if !draining {
+                        done += 1;
+                    }
+                    idle.push(*i);
+                    pending.pop_front();
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
         // Counted: the signatures completed within the timed span; the drain after it is

@@ -160,17 +160,6 @@ fn set_pss<T>(c: &mut PkeyCtxRef<T>, mgf: &MdRef, salt: i32) -> CkResult<()> {
         .map_err(ossl)
 }
 
-/// Runs `c^d mod n` (`c` below `n`) on the path the scheduler picks: OpenSSL in this thread
-/// when too few requests are in flight for a pass to pay, else the engine.
-pub fn private_op(sched: &Scheduler, key: &Arc<RsaKey>, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
-    let ticket = sched.admit(key.bits).map_err(|_| CKR_DEVICE_MEMORY)?;
-    if ticket.batch() {
-        engine_op(sched, &ticket, key, c)
-    } else {
-        key.private_openssl(c)
-    }
-}
-
 /// Runs `c^d mod n` on the engine. Busy queues: `CKR_DEVICE_MEMORY`; an engine fault (a
 /// result that fails the public-key check): `CKR_DEVICE_ERROR`.
 fn engine_op(

@@ -77,11 +77,9 @@ impl Settled {
     }
 }
 
-/// A request queued without waiting ([`Scheduler::submit`]); counted in flight until dropped
-/// when its ticket was.
+/// A request queued without waiting ([`Scheduler::submit`]).
 pub struct Submitted {
     reply: Arc<Reply>,
-    in_flight: Option<Arc<AtomicUsize>>,
 }
 
 impl Submitted {
@@ -90,14 +88,6 @@ impl Submitted {
     pub fn poll(&self) -> Option<Option<[Zeroizing<Vec<u64>>; 2]>> {
         let mut s = self.reply.state.lock().unwrap_or_else(|e| e.into_inner());
         (s.count == 2).then(|| s.take())
-    }
-}
-
-impl Drop for Submitted {
-    fn drop(&mut self) {
-        if let Some(n) = &self.in_flight {
-            n.fetch_sub(1, Ordering::Relaxed);
-        }
     }
 }
 
@@ -201,8 +191,8 @@ pub struct Scheduler {
     kind: Kind,
     workers: OnceLock<Workers>,
     next: AtomicUsize,
-    /// Requests admitted and not yet answered, on either path (shared with [`Submitted`]).
-    in_flight: Arc<AtomicUsize>,
+    /// Requests admitted and not yet answered, on either path.
+    in_flight: AtomicUsize,
     /// What workers read to decide whether to hold a partial batch.
     demand: Arc<Demand>,
     stop: Arc<AtomicBool>,
@@ -257,7 +247,7 @@ impl Scheduler {
             kind,
             workers: OnceLock::new(),
             next: AtomicUsize::new(0),
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            in_flight: AtomicUsize::new(0),
             demand: Arc::new(Demand::new()),
             stop: Arc::new(AtomicBool::new(false)),
             stats: Arc::default(),
@@ -403,20 +393,18 @@ impl Scheduler {
         Ok(s.take())
     }
 
-    /// Queues the two halves of `pend` like [`Scheduler::run`] and returns at once; a request
-    /// counted in flight stays counted (the ticket's count moves to the [`Submitted`]) until
-    /// that is dropped. For asynchronous sessions: the caller polls.
+    /// Queues the two halves of `pend` like [`Scheduler::run`] and returns at once, for
+    /// asynchronous sessions: the caller polls. The ticket ends here: a request of an
+    /// asynchronous session is not counted in flight ([`Scheduler::admit_for`]).
     pub fn submit(
         &self,
         ticket: Ticket<'_>,
         key: &Arc<RsaKey>,
         pend: &Pending,
     ) -> Result<Submitted, Busy> {
-        let reply = self.queue(&ticket, key, pend)?;
-        // The ticket is queued (not "coming" any more); its count in flight moves on.
-        let in_flight = ticket.counted.then(|| self.in_flight.clone());
-        std::mem::forget(ticket);
-        Ok(Submitted { reply, in_flight })
+        Ok(Submitted {
+            reply: self.queue(&ticket, key, pend)?,
+        })
     }
 
     /// Pushes the two halves of `pend` onto a queue and wakes its worker where needed.

@@ -71,6 +71,13 @@ struct Session {
     pending: Option<AsyncOp>,
 }
 
+impl Session {
+    /// The operation pending for `function` (`"C_Sign"`, `"C_Decrypt"`), if any.
+    fn pending_of(&self, function: &str) -> Option<&AsyncOp> {
+        self.pending.as_ref().filter(|p| p.function == function)
+    }
+}
+
 type Shared<T> = RwLock<HashMap<u64, Arc<T>>>;
 
 /// An operation of the bulk engine taken out of its session for one step.
@@ -290,11 +297,7 @@ impl Accel {
     /// not ended until `C_AsyncComplete` reports it.
     fn not_pending(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<()> {
         let sess = self.session(s)?;
-        if lock(&sess)
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.function == function)
-        {
+        if lock(&sess).pending_of(function).is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
         Ok(())
@@ -520,10 +523,9 @@ impl Backend for Accel {
         }
         // A pending operation of a cancelled kind is dropped (its halves still run; the
         // results are thrown away).
-        if st.pending.as_ref().is_some_and(|p| {
-            (p.function == "C_Sign" && flags & CKF_SIGN != 0)
-                || (p.function == "C_Decrypt" && flags & CKF_DECRYPT != 0)
-        }) {
+        if (flags & CKF_SIGN != 0 && st.pending_of("C_Sign").is_some())
+            || (flags & CKF_DECRYPT != 0 && st.pending_of("C_Decrypt").is_some())
+        {
             st.pending = None;
         }
         if flags & CKF_ENCRYPT != 0 {
@@ -541,8 +543,8 @@ impl Backend for Accel {
     fn async_complete(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<AsyncDone> {
         let sess = self.session(s)?;
         let mut st = lock(&sess);
-        let p = (st.pending.as_ref())
-            .filter(|p| p.function == function)
+        let p = st
+            .pending_of(function)
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         let Some(r) = p.poll(self.sched.kind()) else {
             return Ok(AsyncDone::Pending);
@@ -554,10 +556,7 @@ impl Backend for Accel {
     /// Pending operations do not outlive `C_Finalize` here.
     fn async_get_id(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<CK_ULONG> {
         let sess = self.session(s)?;
-        let pending = lock(&sess)
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.function == function);
+        let pending = lock(&sess).pending_of(function).is_some();
         Err(if pending {
             CKR_STATE_UNSAVEABLE
         } else {

@@ -776,6 +776,12 @@ impl Provider {
             // A linked backend cannot write into a buffer it never saw.
             AsyncDone::Output(_) => Err(CKR_GENERAL_ERROR),
         });
+        Ok(self.async_data(s, function)?.map(|d| d.ulValue as usize))
+    }
+
+    /// The module's `C_AsyncComplete` of `function`: `None` for `CKR_PENDING`, else what it
+    /// reported, or its error.
+    fn async_data(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<Option<CK_ASYNC_DATA>> {
         let f = func!(self.C_AsyncComplete);
         let name = async_name(function)?;
         let mut data = CK_ASYNC_DATA::default();
@@ -783,7 +789,7 @@ impl Provider {
         // structure.
         match unsafe { f(s, name.as_ptr() as *mut CK_UTF8CHAR, &mut data) } {
             CKR_PENDING => Ok(None),
-            CKR_OK => Ok(Some(data.ulValue as usize)),
+            CKR_OK => Ok(Some(data)),
             rv => Err(rv),
         }
     }
@@ -818,15 +824,10 @@ impl Provider {
         if out.done {
             return Err(CKR_OPERATION_NOT_INITIALIZED);
         }
-        let f = func!(self.C_AsyncComplete);
-        let name = async_name(out.function)?;
-        let mut data = CK_ASYNC_DATA::default();
-        // SAFETY: a function of the loaded module; a NUL-terminated name and an out
-        // structure. The module writes into `out.buf`, which is still allocated.
-        let rv = unsafe { f(out.session, name.as_ptr() as *mut CK_UTF8CHAR, &mut data) };
-        match rv {
-            CKR_PENDING => Ok(None),
-            CKR_OK => {
+        // The module writes into `out.buf`, which is still allocated.
+        match self.async_data(out.session, out.function) {
+            Ok(None) => Ok(None),
+            Ok(Some(data)) => {
                 out.done = true;
                 let n = data.ulValue as usize;
                 if data.pValue != out.buf.as_mut_ptr() || n > out.buf.len() {
@@ -834,8 +835,11 @@ impl Provider {
                 }
                 Ok(Some(out.buf[..n].to_vec()))
             }
-            rv => {
-                out.done = true;
+            Err(rv) => {
+                // The operation ended with an error and the module let go of the buffer;
+                // `CKR_FUNCTION_NOT_SUPPORTED` may also mean that the call never reached a
+                // module function: then the buffer stays held (leaked, never freed early).
+                out.done = rv != CKR_FUNCTION_NOT_SUPPORTED;
                 Err(rv)
             }
         }

@@ -44,6 +44,14 @@ impl Prov {
         *g = Some(h);
         Ok(h)
     }
+
+    /// Whether the token of [`Prov::meta_slot`] offers asynchronous sessions
+    /// (`CKF_ASYNC_SESSION_SUPPORTED`; asked of the module each time).
+    pub fn offers_async(&self) -> bool {
+        self.meta_slot.is_some_and(|s| {
+            (self.p.get_token_info(s)).is_ok_and(|t| t.flags & CKF_ASYNC_SESSION_SUPPORTED != 0)
+        })
+    }
 }
 
 /// Counting for `cryptoadm stat` is on unless `OPENCF_STAT` is `off` (or `0`, `false`), which

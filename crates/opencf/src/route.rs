@@ -302,9 +302,7 @@ impl OpenCf {
         let pr = &self.providers[prov];
         let slot = pr.meta_slot.ok_or(CKR_DEVICE_REMOVED)?;
         // An asynchronous metaslot session is asynchronous in the providers that offer it.
-        let async_too = ms.flags & CKF_ASYNC_SESSION != 0
-            && (pr.p.get_token_info(slot))
-                .is_ok_and(|t| t.flags & CKF_ASYNC_SESSION_SUPPORTED != 0);
+        let async_too = ms.flags & CKF_ASYNC_SESSION != 0 && pr.offers_async();
         let flags = CKF_SERIAL_SESSION | if async_too { CKF_ASYNC_SESSION } else { 0 };
         let h = pr.p.open_session(slot, flags)?;
         ms.others.push((prov, h));

@@ -55,12 +55,7 @@ impl OpenCf {
             ti.model = pad_field("metaslot");
             // Asynchronous sessions pass through to the providers that offer them.
             ti.flags &= !CKF_ASYNC_SESSION_SUPPORTED;
-            if self.providers.iter().any(|pr| {
-                pr.meta_slot.is_some_and(|s| {
-                    (pr.p.get_token_info(s))
-                        .is_ok_and(|t| t.flags & CKF_ASYNC_SESSION_SUPPORTED != 0)
-                })
-            }) {
+            if self.providers.iter().any(|pr| pr.offers_async()) {
                 ti.flags |= CKF_ASYNC_SESSION_SUPPORTED;
             }
             return Ok(ti);

@@ -11,11 +11,11 @@
 
 use crate::bench::median;
 use crate::cpu;
-use crate::mechs::ossl_verify;
+use crate::mechs::{ossl_verify, rsa_param};
 use crate::spec::{Bench, RsaMech};
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
-use opencf_abi::{Attribute, MechParam, Mechanism};
+use opencf_abi::{Attribute, Mechanism};
 use openssl::pkey::PKey;
 use openssl::rsa::Rsa;
 use std::collections::VecDeque;
@@ -51,9 +51,12 @@ pub fn sign_rates(
     runs: usize,
     seconds: f64,
 ) -> Result<AsyncRates, String> {
-    let Bench::Rsa { mech, bits, .. } = bench else {
+    let (Bench::Rsa { mech, bits, .. }, Some(mechanism)) = (bench, bench.mechanism()) else {
         return Err("--async-depth measures RSA signatures only".into());
     };
+    if mech == RsaMech::Oaep {
+        return Err("--async-depth measures RSA signatures only".into());
+    }
     let p = Provider::load(path).map_err(|e| e.to_string())?;
     match p.initialize() {
         Ok(()) | Err(CKR_CRYPTOKI_ALREADY_INITIALIZED) => {}
@@ -88,17 +91,9 @@ pub fn sign_rates(
         attr(CKA_COEFFICIENT, big(rsa.iqmp())),
     ];
     let key = (p.create_object(sessions[0], &template)).map_err(err("C_CreateObject"))?;
-    let m = match mech {
-        RsaMech::Pkcs => Mechanism::new(CKM_SHA256_RSA_PKCS),
-        RsaMech::Pss => Mechanism {
-            mechanism: CKM_SHA256_RSA_PKCS_PSS,
-            param: MechParam::RsaPss {
-                hash_alg: CKM_SHA256,
-                mgf: CKG_MGF1_SHA256,
-                salt_len: 32,
-            },
-        },
-        RsaMech::Oaep => return Err("--async-depth measures RSA signatures only".into()),
+    let m = Mechanism {
+        mechanism,
+        param: rsa_param(mech),
     };
     let k = bits as usize / 8;
     let mut out = AsyncRates {

@@ -156,6 +156,25 @@ macro_rules! pss {
     }};
 }
 
+/// The PKCS#11 parameter of RSA mechanism `mech` (SHA-256, MGF1-SHA-256, a 32-byte PSS salt,
+/// no OAEP label).
+pub(crate) fn rsa_param(mech: RsaMech) -> MechParam {
+    match mech {
+        RsaMech::Pkcs => MechParam::None,
+        RsaMech::Pss => MechParam::RsaPss {
+            hash_alg: CKM_SHA256,
+            mgf: CKG_MGF1_SHA256,
+            salt_len: 32,
+        },
+        RsaMech::Oaep => MechParam::RsaOaep {
+            hash_alg: CKM_SHA256,
+            mgf: CKG_MGF1_SHA256,
+            source: CKZ_DATA_SPECIFIED,
+            source_data: Vec::new(),
+        },
+    }
+}
+
 /// Verifies with OpenSSL a signature made by benchmark `bench`'s mechanism
 /// (`der`: an ECDSA signature is DER rather than `r || s`).
 pub(crate) fn ossl_verify<T: openssl::pkey::HasPublic>(
@@ -368,28 +387,8 @@ impl P11Target {
             bench => {
                 let (public, priv_key) = self.generate_pair()?;
                 let data = pk_data(bench);
-                match bench {
-                    Bench::Rsa {
-                        mech: RsaMech::Pss, ..
-                    } => {
-                        self.mech.param = MechParam::RsaPss {
-                            hash_alg: CKM_SHA256,
-                            mgf: CKG_MGF1_SHA256,
-                            salt_len: 32,
-                        }
-                    }
-                    Bench::Rsa {
-                        mech: RsaMech::Oaep,
-                        ..
-                    } => {
-                        self.mech.param = MechParam::RsaOaep {
-                            hash_alg: CKM_SHA256,
-                            mgf: CKG_MGF1_SHA256,
-                            source: CKZ_DATA_SPECIFIED,
-                            source_data: Vec::new(),
-                        }
-                    }
-                    _ => {}
+                if let Bench::Rsa { mech, .. } = bench {
+                    self.mech.param = rsa_param(mech);
                 }
                 match call_of(bench) {
                     Call::Pk(PkOp::Sign) | Call::Pk(PkOp::Verify) => {

@@ -5,9 +5,14 @@
 //! on the timings (cropped at the 90th percentile) must stay below 4.5 in absolute value.
 //! Two secrets are tested: the base (the blinded input) and the exponent.
 //!
+//! The P-256 ECDSA engine the same way: eight-lane passes with the nonce of class A fixed at
+//! 1 (63 of its 64 digits select the identity) against random nonces, then the private key
+//! fixed at 1 against random keys.
+//!
 //! `cargo test --release -p opencf-accel --test ct -- --ignored --nocapture`
 //! (`OPENCF_ACCEL_CT_SAMPLES`, default 4000 per class; `OPENCF_ACCEL_CT_ENGINE=portable`).
 
+use opencf_accel::engine::p256::{self, EcJob, EcScalarKey};
 use opencf_accel::engine::{self, Job, Kind, Prime};
 use openssl::bn::BigNum;
 use openssl::rand::rand_bytes;
@@ -117,4 +122,58 @@ fn engine_is_constant_time() {
     eprintln!("{kind:?} engine, {samples} samples per class: t(base) = {t_base:.2}, t(exponent) = {t_exp:.2}");
     assert!(t_base.abs() < 4.5, "base-dependent timing: t = {t_base}");
     assert!(t_exp.abs() < 4.5, "exponent-dependent timing: t = {t_exp}");
+}
+
+#[test]
+#[ignore = "timing measurement; run by hand (docs/ACCEL.md)"]
+fn ecdsa_engine_is_constant_time() {
+    let samples: usize = std::env::var("OPENCF_ACCEL_CT_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4000)
+        * 4;
+    let kind = kind();
+    let one = BigNum::from_u32(1).unwrap();
+    let random_key = || {
+        let mut d = BigNum::new().unwrap();
+        let n = BigNum::from_slice(&p256::Curve::get().order_be()).unwrap();
+        n.rand_range(&mut d).unwrap();
+        EcScalarKey::new(&d).unwrap()
+    };
+    let run = |key: &EcScalarKey, k: [u64; 4]| {
+        let jobs: Vec<EcJob> = (0..8)
+            .map(|_| EcJob {
+                key,
+                e: p256::message_integer(&[0x42; 32]),
+                k: zeroize::Zeroizing::new(k),
+            })
+            .collect();
+        let t = Instant::now();
+        std::hint::black_box(p256::ecdsa_sign(kind, &jobs, false));
+        t.elapsed().as_nanos() as f64
+    };
+    let key = random_key();
+    let t_nonce = measure(samples, |a| {
+        let k = if a {
+            [1, 0, 0, 0]
+        } else {
+            *p256::random_nonce().unwrap()
+        };
+        run(&key, k)
+    });
+    let fixed = EcScalarKey::new(&one).unwrap();
+    let t_key = measure(samples, |a| {
+        let k = *p256::random_nonce().unwrap();
+        if a {
+            run(&fixed, k)
+        } else {
+            run(&random_key(), k)
+        }
+    });
+    eprintln!(
+        "{kind:?} ECDSA engine, {samples} samples per class: t(nonce) = {t_nonce:.2}, \
+         t(key) = {t_key:.2}"
+    );
+    assert!(t_nonce.abs() < 4.5, "nonce-dependent timing: t = {t_nonce}");
+    assert!(t_key.abs() < 4.5, "key-dependent timing: t = {t_key}");
 }

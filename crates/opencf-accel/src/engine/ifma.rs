@@ -1,7 +1,8 @@
 //! The lane engine on AVX-512 IFMA: one 512-bit register holds limb `j` of eight numbers;
 //! `vpmadd52luq`/`vpmadd52huq` do eight 52×52-bit multiply-adds at once.
 //!
-//! Every function here is compiled with `avx512f,avx512ifma` enabled; calling [`run`] is
+//! The RSA exponentiation (`lanes.rs`) and the P-256 signatures (`p256_lanes.rs`) are
+//! instantiated here. Every function here is compiled with `avx512f,avx512ifma` enabled; calling [`run`] is
 //! sound only on a CPU that has both (see `super::run`, the one caller, which checks).
 //! Vectors are built from and read back into arrays with value intrinsics only (no pointer
 //! loads or stores), so the module has no `unsafe` code.
@@ -98,4 +99,24 @@ fn blend(m: Mask, a: V, b: V) -> V {
     _mm512_mask_blend_epi64(m, a, b)
 }
 
+#[target_feature(enable = "avx512f,avx512ifma")]
+#[inline]
+fn sub(a: V, b: V) -> V {
+    _mm512_sub_epi64(a, b)
+}
+
+#[target_feature(enable = "avx512f,avx512ifma")]
+#[inline]
+fn sra52(a: V) -> V {
+    _mm512_srai_epi64::<52>(a)
+}
+
+/// The lanes whose value is negative as a signed number.
+#[target_feature(enable = "avx512f,avx512ifma")]
+#[inline]
+fn neg_mask(a: V) -> Mask {
+    _mm512_cmplt_epi64_mask(a, zero())
+}
+
 super::lanes::lane_engine!(#[target_feature(enable = "avx512f,avx512ifma")]);
+super::p256_lanes::p256_engine!(#[target_feature(enable = "avx512f,avx512ifma")]);

@@ -11,6 +11,8 @@
 //! runs them eight lanes at a time and returns each result fully reduced.
 
 mod lanes;
+pub mod p256;
+mod p256_lanes;
 mod portable;
 
 #[cfg(target_arch = "x86_64")]

@@ -69,4 +69,21 @@ fn blend(m: Mask, a: V, b: V) -> V {
     std::array::from_fn(|i| (a[i] & !m[i]) | (b[i] & m[i]))
 }
 
+#[inline(always)]
+fn sub(a: V, b: V) -> V {
+    std::array::from_fn(|i| a[i].wrapping_sub(b[i]))
+}
+
+#[inline(always)]
+fn sra52(a: V) -> V {
+    std::array::from_fn(|i| ((a[i] as i64) >> 52) as u64)
+}
+
+/// All ones in the lanes whose value is negative as a signed number.
+#[inline(always)]
+fn neg_mask(a: V) -> Mask {
+    std::array::from_fn(|i| ((a[i] as i64) >> 63) as u64)
+}
+
 super::lanes::lane_engine!();
+super::p256_lanes::p256_engine!();

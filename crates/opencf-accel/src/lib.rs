@@ -19,6 +19,7 @@
 
 pub mod blocks;
 pub mod ct;
+pub mod ecdsa;
 pub mod engine;
 pub mod fault;
 pub mod gcm;
@@ -60,11 +61,26 @@ enum Decrypt {
     Bulk(BulkOp),
 }
 
+/// An active signature: RSA, or ECDSA with a P-256 key.
+enum Sign {
+    Rsa(SignOp),
+    Ecdsa(ecdsa::EcdsaOp),
+}
+
+impl Sign {
+    fn sig_len(&self) -> usize {
+        match self {
+            Sign::Rsa(op) => op.sig_len(),
+            Sign::Ecdsa(op) => op.sig_len(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Session {
     flags: CK_FLAGS,
     find: Option<Vec<CK_OBJECT_HANDLE>>,
-    sign: Option<SignOp>,
+    sign: Option<Sign>,
     encrypt: Option<BulkOp>,
     decrypt: Option<Decrypt>,
     /// An operation that answered `CKR_PENDING` (asynchronous sessions: one at a time).
@@ -87,6 +103,8 @@ type Taken = (Arc<Mutex<Session>>, BulkOp);
 pub struct Accel {
     engine: Option<engine::Kind>,
     sched: Scheduler,
+    /// ECDSA requests of asynchronous sessions waiting for a pass.
+    gather: ecdsa::Gather,
     /// The bulk engine, when offered here ([`gcm::available`]).
     bulk: Option<Bulk>,
     sessions: Shared<Mutex<Session>>,
@@ -177,6 +195,20 @@ impl Accel {
             return Err(CKR_MECHANISM_INVALID);
         }
         self.key(h, (CKO_PRIVATE_KEY, CKK_RSA), usage, mech)?.rsa()
+    }
+
+    /// The P-256 form of an EC private key for `mech` (`CKR_MECHANISM_INVALID` without an
+    /// engine; `CKR_KEY_SIZE_RANGE` for another curve).
+    fn ec_key(
+        &self,
+        h: CK_OBJECT_HANDLE,
+        usage: CK_ATTRIBUTE_TYPE,
+        mech: CK_MECHANISM_TYPE,
+    ) -> CkResult<Arc<ecdsa::EcdsaKey>> {
+        if self.engine.is_none() {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        self.key(h, (CKO_PRIVATE_KEY, CKK_EC), usage, mech)?.ecdsa()
     }
 
     /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`
@@ -303,6 +335,32 @@ impl Accel {
         Ok(())
     }
 
+    /// A `CKM_ECDSA` signature of `data`: OpenSSL's at once in an ordinary session; in an
+    /// asynchronous one, a request gathered for the engine's next pass (`CKR_PENDING`, or
+    /// the signature at once when this request completed a pass).
+    fn ecdsa_sign(
+        &self,
+        sess: &Mutex<Session>,
+        op: &ecdsa::EcdsaOp,
+        asynchronous: bool,
+        data: &[u8],
+        out: &mut OutBuf,
+    ) -> CkResult<()> {
+        let kind = match self.engine {
+            Some(kind) if asynchronous => kind,
+            _ => return out.write(&op.key().sign_openssl(data)?).map(|_| ()),
+        };
+        let req = self.gather.submit(kind, op.key().clone(), data)?;
+        let pending = AsyncOp::ecdsa(req);
+        match pending.poll_done() {
+            Some(r) => out.write(&r?).map(|_| ()),
+            None => {
+                lock(sess).pending = Some(pending);
+                Err(CKR_PENDING)
+            }
+        }
+    }
+
     /// In an asynchronous session, an operation `prepare`d for the engine is queued and the
     /// call answers `CKR_PENDING`; one done at once (OpenSSL's path) is written to `out`.
     fn maybe_pending(
@@ -372,6 +430,7 @@ impl Backend for Accel {
         Ok(Accel {
             engine,
             sched: Scheduler::new(engine.unwrap_or(engine::Kind::Portable)),
+            gather: ecdsa::Gather::default(),
             bulk: gcm::available().then(Bulk::default),
             sessions: RwLock::default(),
             objects: RwLock::default(),
@@ -546,7 +605,7 @@ impl Backend for Accel {
         let p = st
             .pending_of(function)
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        let Some(r) = p.poll(self.sched.kind()) else {
+        let Some(r) = p.poll(self.sched.kind(), &self.gather) else {
             return Ok(AsyncDone::Pending);
         };
         st.pending = None;
@@ -754,17 +813,25 @@ impl Backend for Accel {
         self.start(
             s,
             |st| &mut st.sign,
-            || SignOp::new(m, self.rsa_key(key, CKA_SIGN, m.mechanism)?),
+            || match m.mechanism {
+                CKM_ECDSA => {
+                    let k = self.ec_key(key, CKA_SIGN, m.mechanism)?;
+                    ecdsa::EcdsaOp::new(m, k).map(Sign::Ecdsa)
+                }
+                _ => SignOp::new(m, self.rsa_key(key, CKA_SIGN, m.mechanism)?).map(Sign::Rsa),
+            },
         )
     }
 
     fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let sess = self.session(s)?;
-        let mut op = lock(&sess)
+        let op = lock(&sess)
             .sign
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        op.check(data)?;
+        if let Sign::Rsa(op) = &op {
+            op.check(data)?;
+        }
         match out.reserve(op.sig_len()) {
             Ok(Some(_)) => {}
             r => {
@@ -772,7 +839,12 @@ impl Backend for Accel {
                 return r.map(|_| ());
             }
         }
-        if lock(&sess).flags & CKF_ASYNC_SESSION != 0 {
+        let asynchronous = lock(&sess).flags & CKF_ASYNC_SESSION != 0;
+        let mut op = match op {
+            Sign::Rsa(op) => op,
+            Sign::Ecdsa(op) => return self.ecdsa_sign(&sess, &op, asynchronous, data, out),
+        };
+        if asynchronous {
             let prepared = op.prepare(&self.sched, Some(data), true)?;
             let key = op.key().clone();
             return self.maybe_pending(&sess, "C_Sign", prepared, &key, Then::Sign, out);
@@ -785,7 +857,14 @@ impl Backend for Accel {
     fn sign_update(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
         let mut st = lock(&sess);
-        let op = st.sign.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let Some(Sign::Rsa(op)) = st.sign.as_mut() else {
+            let r = match st.sign {
+                Some(_) => CKR_FUNCTION_NOT_SUPPORTED,
+                None => CKR_OPERATION_NOT_INITIALIZED,
+            };
+            st.sign = None;
+            return Err(r);
+        };
         if !op.multi_part() {
             st.sign = None;
             return Err(CKR_FUNCTION_NOT_SUPPORTED);
@@ -799,17 +878,15 @@ impl Backend for Accel {
 
     fn sign_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
         let sess = self.session(s)?;
-        let mut op = lock(&sess)
-            .sign
-            .take()
-            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        if !op.multi_part() {
-            return Err(CKR_FUNCTION_NOT_SUPPORTED);
-        }
+        let mut op = match lock(&sess).sign.take() {
+            Some(Sign::Rsa(op)) if op.multi_part() => op,
+            Some(_) => return Err(CKR_FUNCTION_NOT_SUPPORTED),
+            None => return Err(CKR_OPERATION_NOT_INITIALIZED),
+        };
         match out.reserve(op.sig_len()) {
             Ok(Some(_)) => {}
             r => {
-                lock(&sess).sign = Some(op);
+                lock(&sess).sign = Some(Sign::Rsa(op));
                 return r.map(|_| ());
             }
         }

@@ -47,10 +47,11 @@ const UNWRAP_MECHS: [CK_MECHANISM_TYPE; 3] =
 /// Mechanisms of the bulk engine (encryption and decryption with AES keys).
 pub const BULK_MECHS: [CK_MECHANISM_TYPE; 3] = [CKM_AES_GCM, CKM_AES_CTR, CKM_AES_ECB];
 
-/// The mechanism list: the RSA mechanisms only when an engine serves them, `CKM_AES_GCM`,
-/// `CKM_AES_CTR` and `CKM_AES_ECB` only with the bulk engine.
+/// The mechanism list: the RSA mechanisms and `CKM_ECDSA` only when an engine serves them,
+/// `CKM_AES_GCM`, `CKM_AES_CTR` and `CKM_AES_ECB` only with the bulk engine.
 pub fn list(engine: bool, bulk: bool) -> Vec<CK_MECHANISM_TYPE> {
     let rsa = RSA_MECHS.iter().filter(|_| engine).map(|m| m.0);
+    let rsa = rsa.chain(Some(CKM_ECDSA).filter(|_| engine));
     let aes = BULK_MECHS.into_iter().filter(|_| bulk);
     rsa.chain(aes).chain(UNWRAP_MECHS).collect()
 }
@@ -69,6 +70,13 @@ pub fn info(engine: bool, bulk: bool, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHA
     }
     if BULK_MECHS.contains(&m) && bulk {
         return aes(CKF_ENCRYPT | CKF_DECRYPT);
+    }
+    if m == CKM_ECDSA && engine {
+        return Ok(CK_MECHANISM_INFO {
+            ulMinKeySize: 256,
+            ulMaxKeySize: 256,
+            flags: CKF_SIGN | CKF_EC_F_P | CKF_EC_OID | CKF_EC_UNCOMPRESS,
+        });
     }
     match RSA_MECHS.iter().find(|x| x.0 == m) {
         Some((_, flags)) if engine => Ok(CK_MECHANISM_INFO {

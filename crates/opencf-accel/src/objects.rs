@@ -1,4 +1,5 @@
-//! Session objects: RSA private and public keys and AES secret keys, created by value
+//! Session objects: RSA private and public keys, EC private keys and AES secret keys,
+//! created by value
 //! (`C_CreateObject`) or unwrapped (`C_UnwrapKey`).
 //!
 //! Rules (docs/ACCEL.md): token objects are refused (`CKA_TOKEN = TRUE` is
@@ -6,9 +7,11 @@
 //! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
 //! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
 //! false unless the template sets them. The engine form of an RSA key and the GCM, CTR and ECB forms
-//! of an AES key are built on first use and kept with the object.
+//! of an AES key are built on first use and kept with the object. An EC private key of another
+//! curve than P-256 is kept but served by no engine (`CKR_KEY_SIZE_RANGE` at `C_SignInit`).
 
 use crate::blocks::AesKey;
+use crate::ecdsa::{self, EcdsaKey};
 use crate::gcm::GcmKey;
 use crate::rsa::{RsaKey, RsaParts};
 use opencf_abi::sys::*;
@@ -68,6 +71,7 @@ pub struct Object {
     attrs: Vec<Attribute>,
     secret: Secret,
     rsa: OnceLock<CkResult<Arc<RsaKey>>>,
+    ec: OnceLock<CkResult<Arc<EcdsaKey>>>,
     gcm: OnceLock<CkResult<Arc<GcmKey>>>,
     aes: OnceLock<CkResult<Arc<AesKey>>>,
 }
@@ -78,6 +82,8 @@ enum Secret {
     /// `n, e, p, q, dP, dQ, qInv` (a key without primes has no engine form).
     Rsa(Option<[Zeroizing<Vec<u8>>; 7]>),
     Aes(Zeroizing<Vec<u8>>),
+    /// The private value `d`, when the key is on P-256 (`None`: another curve).
+    Ec(Option<Zeroizing<Vec<u8>>>),
 }
 
 fn find(t: &[Attribute], kind: CK_ATTRIBUTE_TYPE) -> Option<&Attribute> {
@@ -154,6 +160,21 @@ fn rsa_from_pkcs8(der: &[u8]) -> CkResult<[Zeroizing<Vec<u8>>; 7]> {
     Ok(parts.map(Zeroizing::new))
 }
 
+/// An EC private key's `CKA_EC_PARAMS` and, on P-256, its private value.
+type EcParts = (Vec<u8>, Option<Zeroizing<Vec<u8>>>);
+
+/// `CKA_EC_PARAMS` and, on P-256, `d` of a PKCS#8 EC private key.
+fn ec_from_pkcs8(der: &[u8]) -> CkResult<EcParts> {
+    let pkey = PKey::private_key_from_der(der).map_err(|_| CKR_WRAPPED_KEY_INVALID)?;
+    let ec = pkey.ec_key().map_err(|_| CKR_WRAPPED_KEY_INVALID)?;
+    if ec.group().curve_name() != Some(openssl::nid::Nid::X9_62_PRIME256V1) {
+        return Ok((Vec::new(), None));
+    }
+    let d = ec.private_key().to_vec_padded(ecdsa::N_LEN as i32);
+    let d = d.map_err(|_| CKR_WRAPPED_KEY_INVALID)?;
+    Ok((ecdsa::P256_OID.to_vec(), Some(Zeroizing::new(d))))
+}
+
 impl Object {
     /// A new object from `template` and its secret `material`.
     pub fn new(
@@ -193,6 +214,25 @@ impl Object {
                 attrs.push(Attribute::new(CKA_MODULUS, n.to_vec()));
                 attrs.push(Attribute::new(CKA_PUBLIC_EXPONENT, e.to_vec()));
                 Secret::Rsa(parts)
+            }
+            (CKO_PRIVATE_KEY, CKK_EC, m) => {
+                let given = bytes(template, CKA_EC_PARAMS);
+                let (params, d) = match m {
+                    Material::Template => {
+                        let params = given.clone().ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+                        let d = bytes(template, CKA_VALUE).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+                        let p256 = ecdsa::is_p256(&params);
+                        (params.to_vec(), p256.then_some(d))
+                    }
+                    Material::Pkcs8(der) => ec_from_pkcs8(&der)?,
+                    Material::Value(_) => return Err(CKR_TEMPLATE_INCONSISTENT),
+                };
+                // The template's CKA_EC_PARAMS is kept as given (OID or curve name).
+                attrs.push(Attribute::new(
+                    CKA_EC_PARAMS,
+                    given.map_or(params, |g| g.to_vec()),
+                ));
+                Secret::Ec(d)
             }
             (CKO_PUBLIC_KEY, CKK_RSA, Material::Template) => {
                 let n = bytes(template, CKA_MODULUS).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
@@ -261,6 +301,7 @@ impl Object {
             attrs,
             secret,
             rsa: OnceLock::new(),
+            ec: OnceLock::new(),
             gcm: OnceLock::new(),
             aes: OnceLock::new(),
         })
@@ -328,6 +369,20 @@ impl Object {
         };
         self.aes
             .get_or_init(|| AesKey::new(v).map(Arc::new))
+            .clone()
+    }
+
+    /// The P-256 form of an EC private key, built on first use. A key on another curve
+    /// answers `CKR_KEY_SIZE_RANGE` (the framework then uses the next provider).
+    pub fn ecdsa(&self) -> CkResult<Arc<EcdsaKey>> {
+        let Secret::Ec(d) = &self.secret else {
+            return Err(CKR_KEY_TYPE_INCONSISTENT);
+        };
+        self.ec
+            .get_or_init(|| {
+                let d = d.as_ref().ok_or(CKR_KEY_SIZE_RANGE)?;
+                EcdsaKey::new(d).map(Arc::new)
+            })
             .clone()
     }
 

@@ -3,12 +3,14 @@
 //! `CKR_PENDING` at once, so one thread can keep many requests in flight (one per session);
 //! `C_AsyncComplete` polls, and once both halves are back finishes the operation in the
 //! polling thread (recombination, the check with the public exponent, unblinding,
-//! unpadding).
+//! unpadding). An ECDSA `C_Sign` waits among the requests gathered for a pass
+//! ([`crate::ecdsa`]), which a poll runs if it has not run yet.
 //!
 //! A result that fails its check (an engine fault) is not an error here: the operation is
 //! done again with OpenSSL's own private operation, as the framework would have done on
 //! another provider had the call been synchronous (its input is gone by then).
 
+use crate::ecdsa::{Gather, Request};
 use crate::engine::Kind;
 use crate::mech::DecryptOp;
 use crate::rsa::{Pending, RsaKey};
@@ -30,6 +32,19 @@ pub enum Then {
 pub struct AsyncOp {
     /// The function that started it (`"C_Sign"`, `"C_Decrypt"`).
     pub function: &'static str,
+    work: Work,
+}
+
+/// What a pending operation waits for.
+enum Work {
+    /// An RSA private operation's two halves on the scheduler.
+    Rsa(RsaOp),
+    /// An ECDSA signature among the gathered requests ([`crate::ecdsa`]).
+    Ecdsa(Arc<Request>),
+}
+
+/// An RSA private operation in flight.
+struct RsaOp {
     key: Arc<RsaKey>,
     pend: Pending,
     sub: Submitted,
@@ -55,24 +70,47 @@ impl AsyncOp {
             .map_err(|_| CKR_DEVICE_MEMORY)?;
         Ok(AsyncOp {
             function,
-            key,
-            pend,
-            sub,
-            input,
-            then,
+            work: Work::Rsa(RsaOp {
+                key,
+                pend,
+                sub,
+                input,
+                then,
+            }),
         })
     }
 
+    /// A `C_Sign` waiting among the gathered ECDSA requests.
+    pub fn ecdsa(req: Arc<Request>) -> AsyncOp {
+        AsyncOp {
+            function: "C_Sign",
+            work: Work::Ecdsa(req),
+        }
+    }
+
+    /// The output of an ECDSA request whose pass has run already (`None` otherwise).
+    pub fn poll_done(&self) -> Option<CkResult<Zeroizing<Vec<u8>>>> {
+        match &self.work {
+            Work::Ecdsa(req) => req.take().map(|r| r.map(Zeroizing::new)),
+            Work::Rsa(_) => None,
+        }
+    }
+
     /// `None` while the engine still works on it; then the output (the signature, the
-    /// plaintext) or the operation's error.
-    pub fn poll(&self, kind: Kind) -> Option<CkResult<Zeroizing<Vec<u8>>>> {
-        let halves = self.sub.poll()?;
-        let raw = halves.and_then(|[m1, m2]| self.key.finish(kind, &self.pend, &m1, &m2).ok());
-        Some(match (&self.then, raw) {
+    /// plaintext) or the operation's error. An ECDSA request still waiting is signed now,
+    /// in a pass with the other waiting requests (`gather`).
+    pub fn poll(&self, kind: Kind, gather: &Gather) -> Option<CkResult<Zeroizing<Vec<u8>>>> {
+        let op = match &self.work {
+            Work::Rsa(op) => op,
+            Work::Ecdsa(req) => return gather.poll(kind, req).map(|r| r.map(Zeroizing::new)),
+        };
+        let halves = op.sub.poll()?;
+        let raw = halves.and_then(|[m1, m2]| op.key.finish(kind, &op.pend, &m1, &m2).ok());
+        Some(match (&op.then, raw) {
             (Then::Sign, Some(s)) => Ok(s),
-            (Then::Sign, None) => self.key.private_openssl(&self.input),
-            (Then::Decrypt(op), Some(m)) => op.unpad(false, &m),
-            (Then::Decrypt(op), None) => op.unpad(true, &self.input),
+            (Then::Sign, None) => op.key.private_openssl(&op.input),
+            (Then::Decrypt(d), Some(m)) => d.unpad(false, &m),
+            (Then::Decrypt(d), None) => d.unpad(true, &op.input),
         })
     }
 }

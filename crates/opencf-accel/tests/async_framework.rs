@@ -9,14 +9,13 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{create_rsa_key, verifies};
+use common::raw::{complete_all, create_rsa_key, verifies};
 use common::release;
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
 use opencf_abi::Mechanism;
 use openssl::rsa::Rsa;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// Signs `n` messages on `n` asynchronous sessions of `slot` with `key` (created in the first
 /// session), collects the pending ones, checks every signature; returns how many pended.
@@ -39,20 +38,9 @@ fn sign_many(p: &Provider, slot: CK_SLOT_ID, n: usize) -> usize {
         }
     }
     let pended = pending.len();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !pending.is_empty() {
-        assert!(Instant::now() < deadline, "pending calls never completed");
-        pending.retain_mut(|(i, out)| match p.async_complete_out(out) {
-            Ok(None) => true,
-            Ok(Some(sig)) => {
-                let msg = format!("message {i}");
-                assert!(verifies(&rsa, msg.as_bytes(), &sig), "signature {i}");
-                false
-            }
-            Err(rv) => panic!("C_AsyncComplete of signature {i}: {rv:#x}"),
-        });
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    complete_all(p, &mut pending, |i, sig| {
+        verifies(&rsa, format!("message {i}").as_bytes(), sig)
+    });
     for s in sessions {
         p.close_session(s).unwrap();
     }

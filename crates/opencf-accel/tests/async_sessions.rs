@@ -13,44 +13,15 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{create_rsa_key, verifies};
-use opencf_abi::provider::{AsyncOut, Provider};
+use common::raw::{create_rsa_key, engine_here, verifies};
+use opencf_abi::provider::AsyncOut;
 use opencf_abi::sys::*;
 use opencf_abi::{MechParam, Mechanism};
 use openssl::pkey::{PKey, Private};
 use openssl::rsa::{Padding, Rsa};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Serializes the tests of this file (they change the provider's environment).
-static LOCK: Mutex<()> = Mutex::new(());
-
-fn lock() -> MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The module, loaded and initialized once.
-fn module() -> &'static Provider {
-    static M: OnceLock<Provider> = OnceLock::new();
-    M.get_or_init(|| {
-        let p = Provider::load(&common::library()).expect("load libopencf_accel.so");
-        p.initialize().expect("C_Initialize");
-        p
-    })
-}
-
-fn slot() -> CK_SLOT_ID {
-    module().get_slot_list(true).unwrap()[0]
-}
-
-/// Whether the engine serves RSA here; prints why not.
-fn engine_here() -> bool {
-    let yes = opencf_accel::engine::provider_engine().is_some();
-    if !yes {
-        eprintln!("SKIP: no RSA engine on this CPU (or OPENCF_ACCEL_DISABLE=ifma)");
-    }
-    yes
-}
+use common::raw::{lock, provider as module, provider_slot as slot};
 
 fn async_session() -> CK_SESSION_HANDLE {
     (module().open_session(slot(), CKF_SERIAL_SESSION | CKF_ASYNC_SESSION))

@@ -1,0 +1,185 @@
+//! `CKM_ECDSA` through the framework, `libopencf.so` over [accel, softtoken] with the
+//! software token as keystore: a sensitive P-256 key generated through slot 0 is moved into
+//! the accelerator (AES-KWP of its PKCS#8 form) and signs there, in ordinary sessions
+//! (OpenSSL inside the accelerator) and in asynchronous ones (the multi-buffer engine, many
+//! in flight from one thread); a P-384 key is served by the software token. Every signature
+//! is checked with OpenSSL against the public key read through slot 0; the counters show
+//! which provider signed.
+//!
+//! Build first: `cargo build --release -p opencf-accel -p opencf -p opencf-softtoken`.
+
+#[allow(dead_code)]
+mod common;
+
+use common::raw::{complete_all, ec_verifies};
+use common::release;
+use opencf_abi::provider::{AsyncOut, Provider};
+use opencf_abi::sys::*;
+use opencf_abi::{AttrValue, Attribute, Mechanism, OutBuf};
+use openssl::bn::BigNumContext;
+use openssl::ec::{EcGroup, EcKey, EcPoint};
+use openssl::nid::Nid;
+use openssl::pkey::Public;
+use std::path::Path;
+
+/// `CKM_ECDSA` operations of `provider`.
+fn ecdsa_ops(dir: &Path, provider: &str) -> u64 {
+    let snap = opencf_stat::read(dir).expect("read the counters");
+    snap.mechanisms
+        .iter()
+        .filter(|(k, _)| k.provider == provider && k.mechanism == CKM_ECDSA)
+        .map(|(_, v)| v.ops)
+        .sum()
+}
+
+fn flag(kind: CK_ATTRIBUTE_TYPE, v: bool) -> Attribute {
+    Attribute::new(kind, vec![u8::from(v)])
+}
+
+/// A session key pair on `params`' curve, generated through slot 0 (sensitive, not
+/// extractable): the private handle and the public key as OpenSSL sees it.
+fn key_pair(
+    p: &Provider,
+    s: CK_SESSION_HANDLE,
+    params: &[u8],
+    nid: Nid,
+) -> (CK_OBJECT_HANDLE, EcKey<Public>) {
+    let (public, private) = p
+        .generate_key_pair(
+            s,
+            &Mechanism::new(CKM_EC_KEY_PAIR_GEN),
+            &[
+                Attribute::new(CKA_EC_PARAMS, params.to_vec()),
+                flag(CKA_TOKEN, false),
+                flag(CKA_VERIFY, true),
+            ],
+            &[
+                flag(CKA_TOKEN, false),
+                flag(CKA_PRIVATE, false),
+                flag(CKA_SIGN, true),
+                flag(CKA_SENSITIVE, true),
+                flag(CKA_EXTRACTABLE, false),
+            ],
+        )
+        .expect("C_GenerateKeyPair through slot 0");
+    let v = p.get_attribute_value(s, public, &[CKA_EC_POINT]).unwrap();
+    let AttrValue::Value(der) = &v[0] else {
+        panic!("CKA_EC_POINT");
+    };
+    // A DER OCTET STRING around the uncompressed point.
+    let point = if der[0] == 0x04 && der.len() > 2 && der[1] as usize == der.len() - 2 {
+        &der[2..]
+    } else {
+        &der[..]
+    };
+    let group = EcGroup::from_curve_name(nid).unwrap();
+    let mut ctx = BigNumContext::new().unwrap();
+    let q = EcPoint::from_bytes(&group, point, &mut ctx).unwrap();
+    (private, EcKey::from_public_key(&group, &q).unwrap())
+}
+
+fn verifies(key: &EcKey<Public>, hash: &[u8], sig: &[u8]) -> bool {
+    let n = sig.len() / 2;
+    let r = openssl::bn::BigNum::from_slice(&sig[..n]).unwrap();
+    let s = openssl::bn::BigNum::from_slice(&sig[n..]).unwrap();
+    let sig = openssl::ecdsa::EcdsaSig::from_private_components(r, s).unwrap();
+    sig.verify(hash, key).unwrap()
+}
+
+fn sign(p: &Provider, s: CK_SESSION_HANDLE, h: CK_OBJECT_HANDLE, data: &[u8]) -> Vec<u8> {
+    p.sign_init(s, &Mechanism::new(CKM_ECDSA), h).unwrap();
+    let mut buf = vec![0u8; 132];
+    let mut out = OutBuf::new(Some(&mut buf));
+    p.sign(s, data, &mut out).expect("C_Sign");
+    let n = out.len();
+    buf.truncate(n);
+    buf
+}
+
+fn hash(i: usize) -> Vec<u8> {
+    openssl::sha::sha256(format!("message {i}").as_bytes()).to_vec()
+}
+
+#[test]
+fn ecdsa_through_the_framework() {
+    // `ec_verifies` (private keys) serves the provider-level tests; here the keys are public.
+    let _ = ec_verifies;
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("accel-ecdsa-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("softtoken")).unwrap();
+    let conf = format!(
+        "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\nauto_key_migrate = true\n\n\
+         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
+         [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
+        release("libopencf_accel.so").display(),
+        release("libopencf_softtoken.so").display()
+    );
+    std::fs::write(dir.join("opencf.toml"), conf).unwrap();
+    let stat = dir.join("stat");
+    std::env::set_var("OPENCF_CONF", dir.join("opencf.toml"));
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", dir.join("softtoken"));
+    std::env::set_var("OPENCF_STAT_DIR", &stat);
+    std::env::remove_var("OPENCF_ACCEL_FAULT");
+    let p = Provider::load(&release("libopencf.so")).expect("load libopencf.so");
+    p.initialize().unwrap();
+    let engine = opencf_accel::engine::provider_engine().is_some();
+    let s = p
+        .open_session(0, CKF_SERIAL_SESSION | CKF_RW_SESSION)
+        .unwrap();
+    let (h, public) = key_pair(&p, s, &opencf_accel::ecdsa::P256_OID, Nid::X9_62_PRIME256V1);
+    // Ordinary session: the accelerator signs (OpenSSL inside it) once the key is moved in.
+    for i in 0..5 {
+        assert!(
+            verifies(&public, &hash(i), &sign(&p, s, h, &hash(i))),
+            "signature {i}"
+        );
+    }
+    let accel = ecdsa_ops(&stat, "accel");
+    if engine {
+        assert_eq!(accel, 5, "the accelerator served every signature");
+    } else {
+        eprintln!("SKIP: no engine on this CPU; the softtoken served ({accel} on accel)");
+        assert_eq!(accel, 0);
+    }
+    // Asynchronous sessions of slot 0: many in flight from this thread.
+    let n = 8 * 4 + 5;
+    let sessions: Vec<_> = (0..n)
+        .map(|_| {
+            p.open_session(0, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION)
+                .unwrap()
+        })
+        .collect();
+    let mut pending: Vec<(usize, AsyncOut)> = Vec::new();
+    for (i, &a) in sessions.iter().enumerate() {
+        p.sign_init(a, &Mechanism::new(CKM_ECDSA), h).unwrap();
+        match p.sign_async(a, &hash(i), 64).expect("C_Sign") {
+            Ok(sig) => assert!(verifies(&public, &hash(i), &sig), "signature {i}"),
+            Err(out) => pending.push((i, out)),
+        }
+    }
+    let pended = pending.len();
+    complete_all(&p, &mut pending, |i, sig| verifies(&public, &hash(i), sig));
+    let served = ecdsa_ops(&stat, "accel") - accel;
+    eprintln!("slot 0, asynchronous: {pended} of {n} pended; accel signed {served}");
+    if engine {
+        assert_eq!(pended, n - n / 8, "all but each pass's last call pended");
+        assert_eq!(served, n as u64, "the accelerator served every signature");
+    }
+    // P-384: the accelerator declines the key, the softtoken signs.
+    let oid384 = [0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+    let soft = ecdsa_ops(&stat, "softtoken");
+    let (h384, public384) = key_pair(&p, s, &oid384, Nid::SECP384R1);
+    let digest = openssl::sha::sha384(b"p-384");
+    assert!(verifies(&public384, &digest, &sign(&p, s, h384, &digest)));
+    assert_eq!(
+        ecdsa_ops(&stat, "softtoken"),
+        soft + 1,
+        "the softtoken signed"
+    );
+    for a in sessions {
+        p.close_session(a).unwrap();
+    }
+    p.close_session(s).unwrap();
+    p.finalize().unwrap();
+}

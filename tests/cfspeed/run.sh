@@ -180,7 +180,7 @@ else
     expect "--vs-env without '=' refused" 'expected VAR=VALUE' vsbad.out
 fi
 
-# --async-depth: one thread keeps many RSA signatures in flight on asynchronous sessions of the
+# --async-depth: one thread keeps many RSA (then ECDSA) signatures in flight on asynchronous sessions of the
 # metaslot, with the accelerator beside the framework (without its RSA engine every call
 # completes at once, and the figure is still measured). Without a provider that offers
 # asynchronous sessions, a clear error.
@@ -194,6 +194,14 @@ if [ -e "$REL/libopencf_accel.so" ]; then
         fail "--async-depth failed"; cat async.out >&2
     fi
     expect "--async-depth row" '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' async.out
+    # ECDSA P-256 as well (the accelerator's multi-buffer engine in asynchronous sessions).
+    if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" CKM_ECDSA:P-256 \
+        --async-depth 16 --seconds 0.2 --runs 1 >asyncec.out 2>&1; then
+        ok "--async-depth with ECDSA exits 0"
+    else
+        fail "--async-depth with ECDSA failed"; cat asyncec.out >&2
+    fi
+    expect "--async-depth ECDSA row" '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' asyncec.out
 else
     echo "SKIP - --async-depth: $REL/libopencf_accel.so not built"
 fi

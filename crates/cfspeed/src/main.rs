@@ -138,8 +138,8 @@ struct Args {
     /// line for the configuration.
     #[arg(long)]
     break_even: bool,
-    /// RSA signatures (CKM_SHA256_RSA_PKCS[_PSS]): also measure one thread that keeps N of
-    /// them in flight on N asynchronous sessions of --module (PKCS#11 3.2
+    /// RSA and ECDSA signatures (CKM_SHA256_RSA_PKCS[_PSS], CKM_ECDSA): also measure one
+    /// thread that keeps N of them in flight on N asynchronous sessions of --module (PKCS#11 3.2
     /// CKF_ASYNC_SESSION, C_AsyncComplete), printed under the tables.
     #[arg(long, value_name = "N")]
     async_depth: Option<usize>,
@@ -597,7 +597,11 @@ fn run(args: Args) -> Result<bool, String> {
     finish(&args, &report)?;
     if let Some(depth) = args.async_depth.filter(|&d| d > 0) {
         for bench in jobs.iter().map(|j| j.bench) {
-            if !matches!(bench, Bench::Rsa { op: PkOp::Sign, .. }) {
+            let signs = matches!(
+                bench,
+                Bench::Rsa { op: PkOp::Sign, .. } | Bench::Ecdsa { op: PkOp::Sign, .. }
+            );
+            if !signs {
                 continue;
             }
             let r =

@@ -138,7 +138,7 @@ fn pk_data(bench: Bench) -> Vec<u8> {
 }
 
 /// ECDSA `r || s` (PKCS#11) to DER (OpenSSL).
-fn ecdsa_raw_to_der(sig: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn ecdsa_raw_to_der(sig: &[u8]) -> Result<Vec<u8>, String> {
     let half = sig.len() / 2;
     let r = BigNum::from_slice(&sig[..half]).map_err(|e| ossl("BN", e))?;
     let s = BigNum::from_slice(&sig[half..]).map_err(|e| ossl("BN", e))?;

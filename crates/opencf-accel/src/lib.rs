@@ -878,18 +878,23 @@ impl Backend for Accel {
 
     fn sign_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
         let sess = self.session(s)?;
-        let mut op = match lock(&sess).sign.take() {
-            Some(Sign::Rsa(op)) if op.multi_part() => op,
-            Some(_) => return Err(CKR_FUNCTION_NOT_SUPPORTED),
+        let op = match lock(&sess).sign.take() {
+            Some(Sign::Rsa(op)) if !op.multi_part() => return Err(CKR_FUNCTION_NOT_SUPPORTED),
+            Some(op) => op,
             None => return Err(CKR_OPERATION_NOT_INITIALIZED),
         };
+        // A size query or a buffer too small is answered first, as the software token does
+        // for CKM_ECDSA too (which then has no C_SignFinal).
         match out.reserve(op.sig_len()) {
             Ok(Some(_)) => {}
             r => {
-                lock(&sess).sign = Some(Sign::Rsa(op));
+                lock(&sess).sign = Some(op);
                 return r.map(|_| ());
             }
         }
+        let Sign::Rsa(mut op) = op else {
+            return Err(CKR_FUNCTION_NOT_SUPPORTED);
+        };
         let sig = op.sign(&self.sched, None)?;
         out.write(&sig)?;
         Ok(())

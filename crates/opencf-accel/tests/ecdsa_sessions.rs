@@ -210,6 +210,18 @@ fn bad_ecdsa_keys_and_calls() {
         sign(s, &hash(2), 64).map(|_| ()),
         Err(CKR_OPERATION_NOT_INITIALIZED)
     );
+    // C_SignFinal answers as the software token's: the buffer first, then "not supported".
+    p.sign_init(s, &m, h).unwrap();
+    let mut small = [0u8; 10];
+    assert_eq!(
+        p.sign_final(s, &mut OutBuf::new(Some(&mut small))),
+        Err(CKR_BUFFER_TOO_SMALL)
+    );
+    let mut room = [0u8; 64];
+    assert_eq!(
+        p.sign_final(s, &mut OutBuf::new(Some(&mut room))),
+        Err(CKR_FUNCTION_NOT_SUPPORTED)
+    );
     p.sign_init(s, &m, h).unwrap();
     assert_eq!(sign(s, &hash(2), 10).map(|_| ()), Err(CKR_BUFFER_TOO_SMALL));
     assert!(ec_verifies(&key, &hash(2), &sign(s, &hash(2), 64).unwrap()));

@@ -202,6 +202,14 @@ if [ -e "$REL/libopencf_accel.so" ]; then
         fail "--async-depth with ECDSA failed"; cat asyncec.out >&2
     fi
     expect "--async-depth ECDSA row" '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' asyncec.out
+    # Two polling threads, each with its own sessions.
+    if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" CKM_ECDSA:P-256 \
+        --async-depth 8 --async-threads 2 --seconds 0.2 --runs 1 >asyncec2.out 2>&1; then
+        ok "--async-threads 2 exits 0"
+    else
+        fail "--async-threads 2 failed"; cat asyncec2.out >&2
+    fi
+    expect "--async-threads row" '^  ours async +2 thr, 8 in flight each: +[0-9]+ ops/s' asyncec2.out
 else
     echo "SKIP - --async-depth: $REL/libopencf_accel.so not built"
 fi

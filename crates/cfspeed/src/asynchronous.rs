@@ -22,6 +22,7 @@ use openssl::pkey::{PKey, Private};
 use openssl::rsa::Rsa;
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 /// The message signed.
@@ -96,26 +97,34 @@ fn ec_key(curve: Curve) -> Result<Key, String> {
     Ok((pkey, template, m, hash, 2 * curve.field_bytes()))
 }
 
+/// One timed run of one thread: signatures completed within it, its span, and the
+/// process's CPU time over that span.
+type Run = (u64, Duration, Duration);
+
+/// One polling thread's key, sessions and signature.
+struct Poller<'p> {
+    p: &'p Provider,
+    bench: Bench,
+    public: PKey<Private>,
+    m: Mechanism,
+    data: Vec<u8>,
+    k: usize,
+    sessions: Vec<CK_SESSION_HANDLE>,
+    key: CK_OBJECT_HANDLE,
+}
+
 /// Runs `runs` timed runs of `seconds` of benchmark `bench` (an RSA or ECDSA signature) on
-/// slot `slot` of the module at `path` (already initialized by the caller's other handle).
+/// slot `slot` of the module at `path` (already initialized by the caller's other handle):
+/// `threads` threads, each with its own key and `depth` sessions, start each run together;
+/// a run's rate is the sum of theirs, its CPU the process's.
 pub fn sign_rates(
     path: &Path,
     slot: CK_SLOT_ID,
     bench: Bench,
-    depth: usize,
+    (depth, threads): (usize, usize),
     runs: usize,
     seconds: f64,
 ) -> Result<AsyncRates, String> {
-    let (public, template, m, data, k) = match bench {
-        Bench::Rsa { mech, bits, op } if mech != RsaMech::Oaep && op == PkOp::Sign => {
-            rsa_key(bench, mech, bits)?
-        }
-        Bench::Ecdsa {
-            curve,
-            op: PkOp::Sign,
-        } => ec_key(curve)?,
-        _ => return Err("--async-depth measures RSA and ECDSA signatures only".into()),
-    };
     let p = Provider::load(path).map_err(|e| e.to_string())?;
     match p.initialize() {
         Ok(()) | Err(CKR_CRYPTOKI_ALREADY_INITIALIZED) => {}
@@ -125,16 +134,107 @@ pub fn sign_rates(
     if info.flags & CKF_ASYNC_SESSION_SUPPORTED == 0 {
         return Err("the token does not offer asynchronous sessions".into());
     }
-    let sessions = (0..depth)
-        .map(|_| p.open_session(slot, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(err("C_OpenSession"))?;
-    let key = (p.create_object(sessions[0], &template)).map_err(err("C_CreateObject"))?;
+    let pollers = (0..threads.max(1))
+        .map(|_| Poller::new(&p, slot, bench, depth))
+        .collect::<Result<Vec<_>, _>>()?;
+    let barrier = Barrier::new(pollers.len());
+    let per: Vec<Result<Vec<Run>, String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (pollers.iter())
+            .map(|w| sc.spawn(|| w.runs(&barrier, runs, seconds)))
+            .collect();
+        (handles.into_iter())
+            .map(|h| (h.join()).unwrap_or_else(|_| Err("a polling thread panicked".into())))
+            .collect()
+    });
+    for w in pollers {
+        w.close();
+    }
+    let per = per.into_iter().collect::<Result<Vec<_>, _>>()?;
     let mut out = AsyncRates {
         rates: Vec::new(),
         cpu: Vec::new(),
     };
-    let run = |timed: Duration| -> Result<(u64, Duration, Duration), String> {
+    for r in 0..runs {
+        let rate = per.iter().map(|t| t[r].0 as f64 / t[r].1.as_secs_f64());
+        out.rates.push(rate.sum());
+        let (_, span, spent) = per[0][r];
+        out.cpu
+            .push(100.0 * spent.as_secs_f64() / span.as_secs_f64());
+    }
+    Ok(out)
+}
+
+impl<'p> Poller<'p> {
+    fn new(p: &'p Provider, slot: CK_SLOT_ID, bench: Bench, depth: usize) -> Result<Self, String> {
+        let (public, template, m, data, k) = match bench {
+            Bench::Rsa { mech, bits, op } if mech != RsaMech::Oaep && op == PkOp::Sign => {
+                rsa_key(bench, mech, bits)?
+            }
+            Bench::Ecdsa {
+                curve,
+                op: PkOp::Sign,
+            } => ec_key(curve)?,
+            _ => return Err("--async-depth measures RSA and ECDSA signatures only".into()),
+        };
+        let sessions = (0..depth)
+            .map(|_| p.open_session(slot, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("C_OpenSession"))?;
+        let key = (p.create_object(sessions[0], &template)).map_err(err("C_CreateObject"))?;
+        Ok(Poller {
+            p,
+            bench,
+            public,
+            m,
+            data,
+            k,
+            sessions,
+            key,
+        })
+    }
+
+    fn close(self) {
+        for s in self.sessions {
+            let _ = self.p.close_session(s);
+        }
+    }
+
+    /// A warm-up, then `runs` timed runs, each started with the other threads (`barrier`);
+    /// after an error the thread still meets the others at each start.
+    fn runs(&self, barrier: &Barrier, runs: usize, seconds: f64) -> Result<Vec<Run>, String> {
+        let mut out = Vec::with_capacity(runs);
+        let mut failed = None;
+        let warm = Duration::from_secs_f64((seconds * 0.2).clamp(0.05, 0.3));
+        for timed in
+            std::iter::once(warm).chain((0..runs).map(|_| Duration::from_secs_f64(seconds)))
+        {
+            barrier.wait();
+            if failed.is_none() {
+                match self.run(timed) {
+                    Ok(r) => out.push(r),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out.split_off(1)),
+        }
+    }
+
+    /// One timed run.
+    fn run(&self, timed: Duration) -> Result<Run, String> {
+        let Poller {
+            p,
+            bench,
+            public,
+            m,
+            data,
+            k,
+            sessions,
+            key,
+        } = self;
+        let (bench, k, key, depth) = (*bench, *k, *key, sessions.len());
         // Pending calls in the order they were made, which is about the order they finish:
         // the oldest is polled first, and a sweep stops at the first still pending.
         let mut pending: VecDeque<(usize, AsyncOut)> = VecDeque::with_capacity(depth);
@@ -148,16 +248,16 @@ pub fn sign_rates(
                 }
                 _ => sig,
             };
-            if !checked.replace(true) && !ossl_verify(bench, &public, &data, sig).unwrap_or(false) {
+            if !checked.replace(true) && !ossl_verify(bench, public, data, sig).unwrap_or(false) {
                 return Err("an asynchronous signature does not verify".into());
             }
             Ok(())
         };
         // Starts a signature in session `i`: `Some` when it pends, else it was counted.
         let start = |i: usize, done: &mut u64| -> Result<Option<AsyncOut>, String> {
-            p.sign_init(sessions[i], &m, key)
+            p.sign_init(sessions[i], m, key)
                 .map_err(err("C_SignInit"))?;
-            match (p.sign_async(sessions[i], &data, k)).map_err(err("C_Sign"))? {
+            match (p.sign_async(sessions[i], data, k)).map_err(err("C_Sign"))? {
                 Ok(sig) => {
                     check(&sig)?;
                     *done += 1;
@@ -209,28 +309,22 @@ pub fn sign_rates(
         // Counted: the signatures completed within the timed span; the drain after it is
         // neither counted nor timed.
         Ok((done, span, spent))
-    };
-    run(Duration::from_secs_f64((seconds * 0.2).clamp(0.05, 0.3)))?;
-    for _ in 0..runs {
-        let (n, t, c) = run(Duration::from_secs_f64(seconds))?;
-        out.rates.push(n as f64 / t.as_secs_f64());
-        out.cpu.push(100.0 * c.as_secs_f64() / t.as_secs_f64());
     }
-    for s in sessions {
-        let _ = p.close_session(s);
-    }
-    Ok(out)
 }
 
 /// Prints the figures of [`sign_rates`] under the tables.
-pub fn print(name: &str, depth: usize, r: &AsyncRates) {
+pub fn print(name: &str, (depth, threads): (usize, usize), r: &AsyncRates) {
+    let (who, each) = match threads {
+        1 => ("one thread".to_string(), ""),
+        t => (format!("{t} threads"), " each"),
+    };
     println!();
     println!(
-        "{name}, one thread, {depth} asynchronous sessions (C_Sign answered CKR_PENDING, \
+        "{name}, {who}, {depth} asynchronous sessions{each} (C_Sign answered CKR_PENDING, \
          collected with C_AsyncComplete)"
     );
     println!(
-        "  ours async       1 thr, {depth} in flight: {:>8.0} ops/s   cpu% {:.0}   (median of {} runs)",
+        "  ours async       {threads} thr, {depth} in flight{each}: {:>8.0} ops/s   cpu% {:.0}   (median of {} runs)",
         median(&r.rates),
         median(&r.cpu),
         r.rates.len()

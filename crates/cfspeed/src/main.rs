@@ -143,6 +143,10 @@ struct Args {
     /// CKF_ASYNC_SESSION, C_AsyncComplete), printed under the tables.
     #[arg(long, value_name = "N")]
     async_depth: Option<usize>,
+    /// With --async-depth: this many polling threads, each with its own N sessions and key,
+    /// started together; their rates are summed.
+    #[arg(long, value_name = "T", default_value_t = 1)]
+    async_threads: usize,
     /// Print the results as JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -604,10 +608,11 @@ fn run(args: Args) -> Result<bool, String> {
             if !signs {
                 continue;
             }
+            let shape = (depth, args.async_threads.max(1));
             let r =
-                asynchronous::sign_rates(&ours.path, ours.slot.id(), bench, depth, runs, seconds);
+                asynchronous::sign_rates(&ours.path, ours.slot.id(), bench, shape, runs, seconds);
             match r {
-                Ok(r) if tables => asynchronous::print(&bench.name(), depth, &r),
+                Ok(r) if tables => asynchronous::print(&bench.name(), shape, &r),
                 Ok(_) => {}
                 Err(e) => {
                     eprintln!("cfspeed: {}: asynchronous sessions: {e}", bench.name());

@@ -2,7 +2,8 @@
 //! software token as keystore: a sensitive P-256 key generated through slot 0 is moved into
 //! the accelerator (AES-KWP of its PKCS#8 form) and signs there, in ordinary sessions
 //! (OpenSSL inside the accelerator) and in asynchronous ones (the multi-buffer engine, many
-//! in flight from one thread); a P-384 key is served by the software token. Every signature
+//! in flight from one thread), and so does a non-sensitive key created by value (copied by
+//! its attributes); a P-384 key is served by the software token. Every signature
 //! is checked with OpenSSL against the public key read through slot 0; the counters show
 //! which provider signed.
 //!
@@ -11,7 +12,7 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{complete_all, ec_verifies};
+use common::raw::{complete_all, create_ec_key, ec_verifies};
 use common::release;
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
@@ -102,8 +103,6 @@ fn hash(i: usize) -> Vec<u8> {
 
 #[test]
 fn ecdsa_through_the_framework() {
-    // `ec_verifies` (private keys) serves the provider-level tests; here the keys are public.
-    let _ = ec_verifies;
     let dir =
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("accel-ecdsa-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -165,6 +164,27 @@ fn ecdsa_through_the_framework() {
     if engine {
         assert_eq!(pended, n - n / 8, "all but each pass's last call pended");
         assert_eq!(served, n as u64, "the accelerator served every signature");
+    }
+    // A non-sensitive key created by value through slot 0: copied into the accelerator by
+    // its attributes (CKA_EC_PARAMS, CKA_VALUE), and signed there.
+    let by_value =
+        openssl::ec::EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap())
+            .unwrap();
+    let hv = create_ec_key(
+        &p,
+        s,
+        &opencf_accel::ecdsa::P256_OID,
+        &by_value.private_key().to_vec(),
+    );
+    let before = ecdsa_ops(&stat, "accel");
+    let sig = sign(&p, s, hv, &hash(7));
+    assert!(ec_verifies(&by_value, &hash(7), &sig), "by-value key");
+    if engine {
+        assert_eq!(
+            ecdsa_ops(&stat, "accel"),
+            before + 1,
+            "the accelerator signed"
+        );
     }
     // P-384: the accelerator declines the key, the softtoken signs.
     let oid384 = [0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];

@@ -183,32 +183,19 @@ impl Accel {
         h
     }
 
-    /// The RSA engine form of a private key for `mech` (`CKR_MECHANISM_INVALID` without an
-    /// engine).
-    fn rsa_key(
+    /// A private key of type `key_type` for `mech` on an engine (`CKR_MECHANISM_INVALID`
+    /// without one); the caller takes its engine form (`Object::rsa`, `Object::ecdsa`).
+    fn engine_key(
         &self,
         h: CK_OBJECT_HANDLE,
+        key_type: CK_KEY_TYPE,
         usage: CK_ATTRIBUTE_TYPE,
         mech: CK_MECHANISM_TYPE,
-    ) -> CkResult<Arc<rsa::RsaKey>> {
+    ) -> CkResult<Arc<Object>> {
         if self.engine.is_none() {
             return Err(CKR_MECHANISM_INVALID);
         }
-        self.key(h, (CKO_PRIVATE_KEY, CKK_RSA), usage, mech)?.rsa()
-    }
-
-    /// The P-256 form of an EC private key for `mech` (`CKR_MECHANISM_INVALID` without an
-    /// engine; `CKR_KEY_SIZE_RANGE` for another curve).
-    fn ec_key(
-        &self,
-        h: CK_OBJECT_HANDLE,
-        usage: CK_ATTRIBUTE_TYPE,
-        mech: CK_MECHANISM_TYPE,
-    ) -> CkResult<Arc<ecdsa::EcdsaKey>> {
-        if self.engine.is_none() {
-            return Err(CKR_MECHANISM_INVALID);
-        }
-        self.key(h, (CKO_PRIVATE_KEY, CKK_EC), usage, mech)?.ecdsa()
+        self.key(h, (CKO_PRIVATE_KEY, key_type), usage, mech)
     }
 
     /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`
@@ -351,11 +338,10 @@ impl Accel {
             _ => return out.write(&op.key().sign_openssl(data)?).map(|_| ()),
         };
         let req = self.gather.submit(kind, op.key().clone(), data)?;
-        let pending = AsyncOp::ecdsa(req);
-        match pending.poll_done() {
+        match req.take() {
             Some(r) => out.write(&r?).map(|_| ()),
             None => {
-                lock(sess).pending = Some(pending);
+                lock(sess).pending = Some(AsyncOp::ecdsa(req));
                 Err(CKR_PENDING)
             }
         }
@@ -754,8 +740,12 @@ impl Backend for Accel {
                 CKM_AES_GCM | CKM_AES_CTR | CKM_AES_ECB => {
                     self.bulk_op(m, key, false).map(Decrypt::Bulk)
                 }
-                _ => DecryptOp::new(m, self.rsa_key(key, CKA_DECRYPT, m.mechanism)?)
-                    .map(Decrypt::Rsa),
+                _ => DecryptOp::new(
+                    m,
+                    self.engine_key(key, CKK_RSA, CKA_DECRYPT, m.mechanism)?
+                        .rsa()?,
+                )
+                .map(Decrypt::Rsa),
             },
         )
     }
@@ -815,10 +805,13 @@ impl Backend for Accel {
             |st| &mut st.sign,
             || match m.mechanism {
                 CKM_ECDSA => {
-                    let k = self.ec_key(key, CKA_SIGN, m.mechanism)?;
-                    ecdsa::EcdsaOp::new(m, k).map(Sign::Ecdsa)
+                    let k = self.engine_key(key, CKK_EC, CKA_SIGN, m.mechanism)?;
+                    ecdsa::EcdsaOp::new(m, k.ecdsa()?).map(Sign::Ecdsa)
                 }
-                _ => SignOp::new(m, self.rsa_key(key, CKA_SIGN, m.mechanism)?).map(Sign::Rsa),
+                _ => {
+                    let k = self.engine_key(key, CKK_RSA, CKA_SIGN, m.mechanism)?;
+                    SignOp::new(m, k.rsa()?).map(Sign::Rsa)
+                }
             },
         )
     }

@@ -50,10 +50,10 @@ pub const BULK_MECHS: [CK_MECHANISM_TYPE; 3] = [CKM_AES_GCM, CKM_AES_CTR, CKM_AE
 /// The mechanism list: the RSA mechanisms and `CKM_ECDSA` only when an engine serves them,
 /// `CKM_AES_GCM`, `CKM_AES_CTR` and `CKM_AES_ECB` only with the bulk engine.
 pub fn list(engine: bool, bulk: bool) -> Vec<CK_MECHANISM_TYPE> {
-    let rsa = RSA_MECHS.iter().filter(|_| engine).map(|m| m.0);
-    let rsa = rsa.chain(Some(CKM_ECDSA).filter(|_| engine));
+    let rsa = RSA_MECHS.iter().map(|m| m.0);
+    let engines = rsa.chain([CKM_ECDSA]).filter(|_| engine);
     let aes = BULK_MECHS.into_iter().filter(|_| bulk);
-    rsa.chain(aes).chain(UNWRAP_MECHS).collect()
+    engines.chain(aes).chain(UNWRAP_MECHS).collect()
 }
 
 /// `C_GetMechanismInfo`.

@@ -88,14 +88,6 @@ impl AsyncOp {
         }
     }
 
-    /// The output of an ECDSA request whose pass has run already (`None` otherwise).
-    pub fn poll_done(&self) -> Option<CkResult<Zeroizing<Vec<u8>>>> {
-        match &self.work {
-            Work::Ecdsa(req) => req.take().map(|r| r.map(Zeroizing::new)),
-            Work::Rsa(_) => None,
-        }
-    }
-
     /// `None` while the engine still works on it; then the output (the signature, the
     /// plaintext) or the operation's error. An ECDSA request still waiting is signed now,
     /// in a pass with the other waiting requests (`gather`).

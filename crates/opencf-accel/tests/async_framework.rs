@@ -5,17 +5,15 @@
 //!
 //! Build first: `cargo build --release -p opencf-accel -p opencf -p opencf-softtoken`.
 
-// Of the shared helpers, `release()` and `raw` serve here.
+// Of the shared helpers, `raw` serves here.
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{complete_all, create_rsa_key, verifies};
-use common::release;
+use common::raw::{complete_all, create_rsa_key, framework, verifies};
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
 use opencf_abi::Mechanism;
 use openssl::rsa::Rsa;
-use std::path::Path;
 
 /// Signs `n` messages on `n` asynchronous sessions of `slot` with `key` (created in the first
 /// session), collects the pending ones, checks every signature; returns how many pended.
@@ -49,23 +47,7 @@ fn sign_many(p: &Provider, slot: CK_SLOT_ID, n: usize) -> usize {
 
 #[test]
 fn asynchronous_sessions_through_the_framework() {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("accel-async-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("softtoken")).unwrap();
-    let conf = format!(
-        "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n\n\
-         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
-         [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-        release("libopencf_accel.so").display(),
-        release("libopencf_softtoken.so").display()
-    );
-    std::fs::write(dir.join("opencf.toml"), conf).unwrap();
-    std::env::set_var("OPENCF_CONF", dir.join("opencf.toml"));
-    std::env::set_var("OPENCF_SOFTTOKEN_DIR", dir.join("softtoken"));
-    std::env::set_var("OPENCF_STAT_DIR", dir.join("stat"));
-    let p = Provider::load(&release("libopencf.so")).expect("load libopencf.so");
-    p.initialize().unwrap();
+    let (p, _) = framework("accel-async", "");
     if opencf_accel::engine::provider_engine().is_none() {
         eprintln!("SKIP: no RSA engine on this CPU; asynchronous sessions not exercised");
         return;

@@ -12,11 +12,10 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{complete_all, create_ec_key, ec_verifies};
-use common::release;
+use common::raw::{complete_all, create_ec_key, ec_verifies, framework, sign_now};
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
-use opencf_abi::{AttrValue, Attribute, Mechanism, OutBuf};
+use opencf_abi::{AttrValue, Attribute, Mechanism};
 use openssl::bn::BigNumContext;
 use openssl::ec::{EcGroup, EcKey, EcPoint};
 use openssl::nid::Nid;
@@ -79,22 +78,9 @@ fn key_pair(
     (private, EcKey::from_public_key(&group, &q).unwrap())
 }
 
-fn verifies(key: &EcKey<Public>, hash: &[u8], sig: &[u8]) -> bool {
-    let n = sig.len() / 2;
-    let r = openssl::bn::BigNum::from_slice(&sig[..n]).unwrap();
-    let s = openssl::bn::BigNum::from_slice(&sig[n..]).unwrap();
-    let sig = openssl::ecdsa::EcdsaSig::from_private_components(r, s).unwrap();
-    sig.verify(hash, key).unwrap()
-}
-
 fn sign(p: &Provider, s: CK_SESSION_HANDLE, h: CK_OBJECT_HANDLE, data: &[u8]) -> Vec<u8> {
     p.sign_init(s, &Mechanism::new(CKM_ECDSA), h).unwrap();
-    let mut buf = vec![0u8; 132];
-    let mut out = OutBuf::new(Some(&mut buf));
-    p.sign(s, data, &mut out).expect("C_Sign");
-    let n = out.len();
-    buf.truncate(n);
-    buf
+    sign_now(p, s, data, 132).expect("C_Sign")
 }
 
 fn hash(i: usize) -> Vec<u8> {
@@ -103,25 +89,8 @@ fn hash(i: usize) -> Vec<u8> {
 
 #[test]
 fn ecdsa_through_the_framework() {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("accel-ecdsa-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("softtoken")).unwrap();
-    let conf = format!(
-        "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\nauto_key_migrate = true\n\n\
-         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
-         [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-        release("libopencf_accel.so").display(),
-        release("libopencf_softtoken.so").display()
-    );
-    std::fs::write(dir.join("opencf.toml"), conf).unwrap();
-    let stat = dir.join("stat");
-    std::env::set_var("OPENCF_CONF", dir.join("opencf.toml"));
-    std::env::set_var("OPENCF_SOFTTOKEN_DIR", dir.join("softtoken"));
-    std::env::set_var("OPENCF_STAT_DIR", &stat);
     std::env::remove_var("OPENCF_ACCEL_FAULT");
-    let p = Provider::load(&release("libopencf.so")).expect("load libopencf.so");
-    p.initialize().unwrap();
+    let (p, stat) = framework("accel-ecdsa", "auto_key_migrate = true\n");
     let engine = opencf_accel::engine::provider_engine().is_some();
     let s = p
         .open_session(0, CKF_SERIAL_SESSION | CKF_RW_SESSION)
@@ -130,7 +99,7 @@ fn ecdsa_through_the_framework() {
     // Ordinary session: the accelerator signs (OpenSSL inside it) once the key is moved in.
     for i in 0..5 {
         assert!(
-            verifies(&public, &hash(i), &sign(&p, s, h, &hash(i))),
+            ec_verifies(&public, &hash(i), &sign(&p, s, h, &hash(i))),
             "signature {i}"
         );
     }
@@ -153,12 +122,14 @@ fn ecdsa_through_the_framework() {
     for (i, &a) in sessions.iter().enumerate() {
         p.sign_init(a, &Mechanism::new(CKM_ECDSA), h).unwrap();
         match p.sign_async(a, &hash(i), 64).expect("C_Sign") {
-            Ok(sig) => assert!(verifies(&public, &hash(i), &sig), "signature {i}"),
+            Ok(sig) => assert!(ec_verifies(&public, &hash(i), &sig), "signature {i}"),
             Err(out) => pending.push((i, out)),
         }
     }
     let pended = pending.len();
-    complete_all(&p, &mut pending, |i, sig| verifies(&public, &hash(i), sig));
+    complete_all(&p, &mut pending, |i, sig| {
+        ec_verifies(&public, &hash(i), sig)
+    });
     let served = ecdsa_ops(&stat, "accel") - accel;
     eprintln!("slot 0, asynchronous: {pended} of {n} pended; accel signed {served}");
     if engine {
@@ -191,7 +162,11 @@ fn ecdsa_through_the_framework() {
     let soft = ecdsa_ops(&stat, "softtoken");
     let (h384, public384) = key_pair(&p, s, &oid384, Nid::SECP384R1);
     let digest = openssl::sha::sha384(b"p-384");
-    assert!(verifies(&public384, &digest, &sign(&p, s, h384, &digest)));
+    assert!(ec_verifies(
+        &public384,
+        &digest,
+        &sign(&p, s, h384, &digest)
+    ));
     assert_eq!(
         ecdsa_ops(&stat, "softtoken"),
         soft + 1,

@@ -10,7 +10,9 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{complete_all, create_ec_key, create_rsa_key, ec_verifies, engine_here};
+use common::raw::{
+    complete_all, create_ec_key, create_rsa_key, ec_verifies, engine_here, sign_now,
+};
 use opencf_abi::provider::AsyncOut;
 use opencf_abi::sys::*;
 use opencf_abi::{AttrValue, MechParam, Mechanism, OutBuf};
@@ -31,12 +33,7 @@ const P256: [u8; 10] = opencf_accel::ecdsa::P256_OID;
 
 /// A blocking `C_Sign` into a buffer of `len` bytes.
 fn sign(s: CK_SESSION_HANDLE, data: &[u8], len: usize) -> Result<Vec<u8>, CK_RV> {
-    let mut buf = vec![0u8; len];
-    let mut out = OutBuf::new(Some(&mut buf));
-    module().sign(s, data, &mut out)?;
-    let n = out.len();
-    buf.truncate(n);
-    Ok(buf)
+    sign_now(module(), s, data, len)
 }
 
 fn p256_key() -> EcKey<Private> {

@@ -24,16 +24,30 @@ fn ulong(v: CK_ULONG) -> Vec<u8> {
     v.to_ne_bytes().to_vec()
 }
 
-/// A public, non-sensitive session RSA private key by value (no login needed anywhere), for
-/// signing and decryption.
-pub fn create_rsa_key(p: &Provider, s: CK_SESSION_HANDLE, key: &Rsa<Private>) -> CK_OBJECT_HANDLE {
-    let t = [
+/// Creates a public, non-sensitive session private key of `key_type` that may sign (no
+/// login needed anywhere), with the key's own attributes `values`.
+fn create_private_key(
+    p: &Provider,
+    s: CK_SESSION_HANDLE,
+    key_type: CK_KEY_TYPE,
+    values: &[Attribute],
+) -> CK_OBJECT_HANDLE {
+    let mut t = vec![
         attr(CKA_CLASS, ulong(CKO_PRIVATE_KEY)),
-        attr(CKA_KEY_TYPE, ulong(CKK_RSA)),
+        attr(CKA_KEY_TYPE, ulong(key_type)),
         attr(CKA_TOKEN, [0u8]),
         attr(CKA_PRIVATE, [0u8]),
         attr(CKA_SENSITIVE, [0u8]),
         attr(CKA_SIGN, [1u8]),
+    ];
+    t.extend_from_slice(values);
+    p.create_object(s, &t).expect("C_CreateObject")
+}
+
+/// A public, non-sensitive session RSA private key by value (no login needed anywhere), for
+/// signing and decryption.
+pub fn create_rsa_key(p: &Provider, s: CK_SESSION_HANDLE, key: &Rsa<Private>) -> CK_OBJECT_HANDLE {
+    let t = [
         attr(CKA_DECRYPT, [1u8]),
         attr(CKA_MODULUS, key.n().to_vec()),
         attr(CKA_PUBLIC_EXPONENT, key.e().to_vec()),
@@ -44,7 +58,7 @@ pub fn create_rsa_key(p: &Provider, s: CK_SESSION_HANDLE, key: &Rsa<Private>) ->
         attr(CKA_EXPONENT_2, key.dmq1().unwrap().to_vec()),
         attr(CKA_COEFFICIENT, key.iqmp().unwrap().to_vec()),
     ];
-    p.create_object(s, &t).expect("C_CreateObject")
+    create_private_key(p, s, CKK_RSA, &t)
 }
 
 /// Whether `sig` is `key`'s SHA256-RSA-PKCS signature of `msg`.
@@ -64,27 +78,67 @@ pub fn create_ec_key(
     d: &[u8],
 ) -> CK_OBJECT_HANDLE {
     let t = [
-        attr(CKA_CLASS, ulong(CKO_PRIVATE_KEY)),
-        attr(CKA_KEY_TYPE, ulong(CKK_EC)),
-        attr(CKA_TOKEN, [0u8]),
-        attr(CKA_PRIVATE, [0u8]),
-        attr(CKA_SENSITIVE, [0u8]),
-        attr(CKA_SIGN, [1u8]),
         attr(CKA_EC_PARAMS, params.to_vec()),
         attr(CKA_VALUE, d.to_vec()),
     ];
-    p.create_object(s, &t).expect("C_CreateObject")
+    create_private_key(p, s, CKK_EC, &t)
 }
 
-/// Whether `sig` (`r || s`, 64 bytes) is a P-256 ECDSA signature of `hash` by `key`.
-pub fn ec_verifies(key: &openssl::ec::EcKey<Private>, hash: &[u8], sig: &[u8]) -> bool {
-    if sig.len() != 64 {
+/// Whether `sig` (`r || s`, each as long as the group order) is an ECDSA signature of `hash`
+/// by `key` (private or public).
+pub fn ec_verifies<T: openssl::pkey::HasPublic>(
+    key: &openssl::ec::EcKeyRef<T>,
+    hash: &[u8],
+    sig: &[u8],
+) -> bool {
+    let n = (key.group().order_bits() as usize).div_ceil(8);
+    if sig.len() != 2 * n {
         return false;
     }
-    let r = openssl::bn::BigNum::from_slice(&sig[..32]).unwrap();
-    let s = openssl::bn::BigNum::from_slice(&sig[32..]).unwrap();
+    let r = openssl::bn::BigNum::from_slice(&sig[..n]).unwrap();
+    let s = openssl::bn::BigNum::from_slice(&sig[n..]).unwrap();
     let sig = openssl::ecdsa::EcdsaSig::from_private_components(r, s).unwrap();
     sig.verify(hash, key).unwrap()
+}
+
+/// A blocking `C_Sign` of `data` into a buffer of `len` bytes (the operation initialized).
+pub fn sign_now(
+    p: &Provider,
+    s: CK_SESSION_HANDLE,
+    data: &[u8],
+    len: usize,
+) -> Result<Vec<u8>, CK_RV> {
+    let mut buf = vec![0u8; len];
+    let mut out = opencf_abi::OutBuf::new(Some(&mut buf));
+    p.sign(s, data, &mut out)?;
+    let n = out.len();
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `libopencf.so` over [accel, softtoken] with the softtoken as keystore (`metaslot`: more
+/// lines of its `[metaslot]` table), in a fresh directory of this test's named `tag`: loaded
+/// and initialized; also the directory of its counters (`OPENCF_STAT_DIR`).
+pub fn framework(tag: &str, metaslot: &str) -> (Provider, std::path::PathBuf) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("softtoken")).unwrap();
+    let conf = format!(
+        "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n{metaslot}\n\
+         [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
+         [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
+        super::release("libopencf_accel.so").display(),
+        super::release("libopencf_softtoken.so").display()
+    );
+    std::fs::write(dir.join("opencf.toml"), conf).unwrap();
+    let stat = dir.join("stat");
+    std::env::set_var("OPENCF_CONF", dir.join("opencf.toml"));
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", dir.join("softtoken"));
+    std::env::set_var("OPENCF_STAT_DIR", &stat);
+    let p = Provider::load(&super::release("libopencf.so")).expect("load libopencf.so");
+    p.initialize().unwrap();
+    (p, stat)
 }
 
 /// `libopencf_accel.so` loaded as the framework loads providers, initialized once per test

@@ -187,29 +187,26 @@ fi
 if [ -e "$REL/libopencf_accel.so" ]; then
     mkdir -p "$WORK/accel" "$WORK/softtoken-async"
     cp "$REL/cfspeed" "$REL/libopencf.so" "$REL/libopencf_softtoken.so" "$REL/libopencf_accel.so" "$WORK/accel/"
-    if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" CKM_SHA256_RSA_PKCS \
-        --async-depth 16 --seconds 0.2 --runs 1 >async.out 2>&1; then
-        ok "--async-depth exits 0"
-    else
-        fail "--async-depth failed"; cat async.out >&2
-    fi
-    expect "--async-depth row" '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' async.out
+    # async_row NAME OUT ROW ARGS...: cfspeed ARGS exits 0 and prints the asynchronous ROW.
+    async_row() {
+        local name=$1 out=$2 row=$3; shift 3
+        if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" "$@" \
+            --seconds 0.2 --runs 1 >"$out" 2>&1; then
+            ok "$name exits 0"
+        else
+            fail "$name failed"; cat "$out" >&2
+        fi
+        expect "$name row" "$row" "$out"
+    }
+    async_row "--async-depth" async.out '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' \
+        CKM_SHA256_RSA_PKCS --async-depth 16
     # ECDSA P-256 as well (the accelerator's multi-buffer engine in asynchronous sessions).
-    if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" CKM_ECDSA:P-256 \
-        --async-depth 16 --seconds 0.2 --runs 1 >asyncec.out 2>&1; then
-        ok "--async-depth with ECDSA exits 0"
-    else
-        fail "--async-depth with ECDSA failed"; cat asyncec.out >&2
-    fi
-    expect "--async-depth ECDSA row" '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' asyncec.out
+    async_row "--async-depth with ECDSA" asyncec.out \
+        '^  ours async +1 thr, 16 in flight: +[0-9]+ ops/s' CKM_ECDSA:P-256 --async-depth 16
     # Two polling threads, each with its own sessions.
-    if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" CKM_ECDSA:P-256 \
-        --async-depth 8 --async-threads 2 --seconds 0.2 --runs 1 >asyncec2.out 2>&1; then
-        ok "--async-threads 2 exits 0"
-    else
-        fail "--async-threads 2 failed"; cat asyncec2.out >&2
-    fi
-    expect "--async-threads row" '^  ours async +2 thr, 8 in flight each: +[0-9]+ ops/s' asyncec2.out
+    async_row "--async-threads 2" asyncec2.out \
+        '^  ours async +2 thr, 8 in flight each: +[0-9]+ ops/s' \
+        CKM_ECDSA:P-256 --async-depth 8 --async-threads 2
 else
     echo "SKIP - --async-depth: $REL/libopencf_accel.so not built"
 fi

@@ -48,17 +48,26 @@ fn attr(kind: CK_ATTRIBUTE_TYPE, value: impl Into<Vec<u8>>) -> Attribute {
 /// signed and the signature's length.
 type Key = (PKey<Private>, Vec<Attribute>, Mechanism, Vec<u8>, usize);
 
-fn rsa_key(bench: Bench, mech: RsaMech, bits: u32) -> Result<Key, String> {
-    let rsa = Rsa::generate(bits).map_err(|e| e.to_string())?;
+/// A public, non-sensitive session private key of `key_type` that may sign, with the key's
+/// own attributes `values`.
+fn private_key_template(key_type: CK_KEY_TYPE, values: Vec<Attribute>) -> Vec<Attribute> {
     let ul = |v: CK_ULONG| v.to_ne_bytes().to_vec();
-    let big = |b: Option<&openssl::bn::BigNumRef>| b.map(|b| b.to_vec()).unwrap_or_default();
-    let template = vec![
+    let mut t = vec![
         attr(CKA_CLASS, ul(CKO_PRIVATE_KEY)),
-        attr(CKA_KEY_TYPE, ul(CKK_RSA)),
+        attr(CKA_KEY_TYPE, ul(key_type)),
         attr(CKA_TOKEN, [0u8]),
         attr(CKA_PRIVATE, [0u8]),
         attr(CKA_SENSITIVE, [0u8]),
         attr(CKA_SIGN, [1u8]),
+    ];
+    t.extend(values);
+    t
+}
+
+fn rsa_key(bench: Bench, mech: RsaMech, bits: u32) -> Result<Key, String> {
+    let rsa = Rsa::generate(bits).map_err(|e| e.to_string())?;
+    let big = |b: Option<&openssl::bn::BigNumRef>| b.map(|b| b.to_vec()).unwrap_or_default();
+    let values = vec![
         attr(CKA_MODULUS, rsa.n().to_vec()),
         attr(CKA_PUBLIC_EXPONENT, rsa.e().to_vec()),
         attr(CKA_PRIVATE_EXPONENT, rsa.d().to_vec()),
@@ -68,6 +77,7 @@ fn rsa_key(bench: Bench, mech: RsaMech, bits: u32) -> Result<Key, String> {
         attr(CKA_EXPONENT_2, big(rsa.dmq1())),
         attr(CKA_COEFFICIENT, big(rsa.iqmp())),
     ];
+    let template = private_key_template(CKK_RSA, values);
     let m = Mechanism {
         mechanism: bench.mechanism().ok_or("no mechanism")?,
         param: rsa_param(mech),
@@ -80,17 +90,11 @@ fn rsa_key(bench: Bench, mech: RsaMech, bits: u32) -> Result<Key, String> {
 fn ec_key(curve: Curve) -> Result<Key, String> {
     let group = EcGroup::from_curve_name(curve.nid()).map_err(|e| e.to_string())?;
     let ec = EcKey::generate(&group).map_err(|e| e.to_string())?;
-    let ul = |v: CK_ULONG| v.to_ne_bytes().to_vec();
-    let template = vec![
-        attr(CKA_CLASS, ul(CKO_PRIVATE_KEY)),
-        attr(CKA_KEY_TYPE, ul(CKK_EC)),
-        attr(CKA_TOKEN, [0u8]),
-        attr(CKA_PRIVATE, [0u8]),
-        attr(CKA_SENSITIVE, [0u8]),
-        attr(CKA_SIGN, [1u8]),
+    let values = vec![
         attr(CKA_EC_PARAMS, curve.params()),
         attr(CKA_VALUE, ec.private_key().to_vec()),
     ];
+    let template = private_key_template(CKK_EC, values);
     let pkey = PKey::from_ec_key(ec).map_err(|e| e.to_string())?;
     let hash = openssl::sha::sha256(MESSAGE).to_vec();
     let m = Mechanism::new(CKM_ECDSA);

@@ -75,11 +75,6 @@ impl EcdsaKey {
         out.extend(sig.s().to_vec_padded(N_LEN as i32).map_err(ossl)?);
         Ok(out)
     }
-
-    /// The OpenSSL form (tests verify with it).
-    pub fn openssl(&self) -> &EcKey<Private> {
-        &self.openssl
-    }
 }
 
 /// An active `CKM_ECDSA` signature.
@@ -179,11 +174,6 @@ impl Gather {
             run_pass(kind, &batch);
         }
         req.take()
-    }
-
-    /// Requests waiting now (tests).
-    pub fn waiting(&self) -> usize {
-        lock(&self.waiting).len()
     }
 }
 

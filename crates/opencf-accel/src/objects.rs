@@ -216,22 +216,22 @@ impl Object {
                 Secret::Rsa(parts)
             }
             (CKO_PRIVATE_KEY, CKK_EC, m) => {
-                let given = bytes(template, CKA_EC_PARAMS);
+                // The template's CKA_EC_PARAMS is kept as given (OID or curve name).
+                let given = bytes(template, CKA_EC_PARAMS).map(|g| g.to_vec());
                 let (params, d) = match m {
                     Material::Template => {
-                        let params = given.clone().ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+                        let params = given.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
                         let d = bytes(template, CKA_VALUE).ok_or(CKR_TEMPLATE_INCOMPLETE)?;
                         let p256 = ecdsa::is_p256(&params);
-                        (params.to_vec(), p256.then_some(d))
+                        (params, p256.then_some(d))
                     }
-                    Material::Pkcs8(der) => ec_from_pkcs8(&der)?,
+                    Material::Pkcs8(der) => {
+                        let (derived, d) = ec_from_pkcs8(&der)?;
+                        (given.unwrap_or(derived), d)
+                    }
                     Material::Value(_) => return Err(CKR_TEMPLATE_INCONSISTENT),
                 };
-                // The template's CKA_EC_PARAMS is kept as given (OID or curve name).
-                attrs.push(Attribute::new(
-                    CKA_EC_PARAMS,
-                    given.map_or(params, |g| g.to_vec()),
-                ));
+                attrs.push(Attribute::new(CKA_EC_PARAMS, params));
                 Secret::Ec(d)
             }
             (CKO_PUBLIC_KEY, CKK_RSA, Material::Template) => {

@@ -134,24 +134,30 @@ pub enum Work<'a> {
     Public(&'a PublicPass),
 }
 
+/// Calls `entry`, an entry point of `ifma.rs` (`ifma::run`, `ifma::ecdsa_run`), with `arg`.
+/// The crate's one `unsafe` block.
+#[cfg(target_arch = "x86_64")]
+fn on_ifma<A, R>(entry: unsafe fn(A) -> R, arg: A) -> R {
+    assert!(
+        ifma_present(),
+        "the IFMA engine needs avx512f and avx512ifma"
+    );
+    // SAFETY: the entry points of `ifma.rs` are compiled with `avx512f,avx512ifma` enabled;
+    // executing one is sound exactly when the CPU has both features, which the assertion
+    // above has just checked. They have no other precondition (they take safe references
+    // only).
+    #[allow(unsafe_code)]
+    unsafe {
+        entry(arg)
+    }
+}
+
 /// Runs one pass on `kind`.
 fn run(kind: Kind, pass: Work) -> Vec<[u64; 8]> {
     match kind {
         Kind::Portable => portable::run(pass),
         #[cfg(target_arch = "x86_64")]
-        Kind::Ifma => {
-            assert!(
-                ifma_present(),
-                "the IFMA engine needs avx512f and avx512ifma"
-            );
-            // SAFETY: `ifma::run` is compiled with `avx512f,avx512ifma` enabled; executing it
-            // is sound exactly when the CPU has both features, which the assertion above has
-            // just checked. It has no other precondition (it takes safe references only).
-            #[allow(unsafe_code)]
-            unsafe {
-                ifma::run(pass)
-            }
-        }
+        Kind::Ifma => on_ifma(ifma::run, pass),
         #[cfg(not(target_arch = "x86_64"))]
         Kind::Ifma => panic!("the IFMA engine exists on x86_64 only"),
     }
@@ -303,7 +309,7 @@ pub struct Job<'a> {
 }
 
 /// `n` rows of eight lanes: row `j`, lane `i` is `f(i, j)`.
-fn interleave(n: usize, f: impl Fn(usize, usize) -> u64) -> Vec<[u64; 8]> {
+pub(super) fn interleave(n: usize, f: impl Fn(usize, usize) -> u64) -> Vec<[u64; 8]> {
     (0..n).map(|j| std::array::from_fn(|i| f(i, j))).collect()
 }
 

@@ -7,7 +7,9 @@
 //! check (point on the curve, `s·k = e + r·d`), or whose `r` or `s` is zero, comes back as
 //! `None`; the caller signs that one with OpenSSL.
 
-use super::{be_from_words, neg_inv64, repack, words, words_from_be, Kind, LANES, MASK52};
+use super::{
+    be_from_words, interleave, neg_inv64, repack, words, words_from_be, Kind, LANES, MASK52,
+};
 use openssl::bn::{BigNum, BigNumContext, BigNumRef};
 use openssl::ec::{EcGroup, EcPoint};
 use openssl::error::ErrorStack;
@@ -264,19 +266,7 @@ fn run(kind: Kind, pass: &EcPass) -> EcOut {
     match kind {
         Kind::Portable => super::portable::ecdsa_run(pass),
         #[cfg(target_arch = "x86_64")]
-        Kind::Ifma => {
-            assert!(
-                super::ifma_present(),
-                "the IFMA engine needs avx512f and avx512ifma"
-            );
-            // SAFETY: `ifma::ecdsa_run` is compiled with `avx512f,avx512ifma` enabled;
-            // executing it is sound exactly when the CPU has both features, which the
-            // assertion above has just checked. It takes safe references only.
-            #[allow(unsafe_code)]
-            unsafe {
-                super::ifma::ecdsa_run(pass)
-            }
-        }
+        Kind::Ifma => super::on_ifma(super::ifma::ecdsa_run, pass),
         #[cfg(not(target_arch = "x86_64"))]
         Kind::Ifma => panic!("the IFMA engine exists on x86_64 only"),
     }
@@ -299,18 +289,10 @@ pub fn ecdsa_sign(kind: Kind, jobs: &[EcJob], fault: bool) -> Vec<Option<Signatu
         let e52: Vec<Vec<u64>> = (0..LANES).map(|i| repack(&lane(i).e, 64, 52, FE)).collect();
         let pass = EcPass {
             curve,
-            digits: (0..DIGITS)
-                .map(|d| std::array::from_fn(|i| (lane(i).k[d / 16] >> (4 * (d % 16))) & 15))
-                .collect(),
-            k: (0..FE)
-                .map(|j| std::array::from_fn(|i| k52[i][j]))
-                .collect(),
-            e: (0..FE)
-                .map(|j| std::array::from_fn(|i| e52[i][j]))
-                .collect(),
-            d_mont: (0..FE)
-                .map(|j| std::array::from_fn(|i| lane(i).key.d_mont[j]))
-                .collect(),
+            digits: interleave(DIGITS, |i, d| (lane(i).k[d / 16] >> (4 * (d % 16))) & 15),
+            k: interleave(FE, |i, j| k52[i][j]),
+            e: interleave(FE, |i, j| e52[i][j]),
+            d_mont: interleave(FE, |i, j| lane(i).key.d_mont[j]),
             fault,
         };
         let res = run(kind, &pass);

@@ -145,6 +145,17 @@ expect "--update-size row" '^  ours +1 +[0-9,]+ ' upd.out
 # 8. --chart with another format is refused before measuring.
 if "$CFSPEED" CKM_SHA256 --chart x.png >png.out 2>&1; then fail "--chart x.png accepted"; else expect "--chart x.png refused" 'only SVG is written' png.out; fi
 
+# 8b. Output into a pipe that closes early (`cfspeed | head -1`): exit 0, no panic.
+set +o pipefail
+"$CFSPEED" CKM_SHA256 --sizes 16 --seconds 0.1 --runs 1 2>pipe.err | head -1 >pipe.out
+pipe_rc=${PIPESTATUS[0]}
+set -o pipefail
+if [ "$pipe_rc" = 0 ] && ! grep -q panicked pipe.err && [ "$(wc -l <pipe.out)" = 1 ]; then
+    ok "a closed pipe on stdout (| head -1): exit 0, no panic"
+else
+    fail "a closed pipe on stdout: exit $pipe_rc"; cat pipe.err >&2
+fi
+
 # 9. --vs-env reaches the --vs-module's C_Initialize: a copy of libopencf.so initialized with
 #    OPENCF_STAT=off counts nothing, the same copy with OPENCF_STAT=on counts its operations
 #    (ours is the software token loaded directly, which never counts).

@@ -322,12 +322,12 @@ pub fn print(name: &str, (depth, threads): (usize, usize), r: &AsyncRates) {
         1 => ("one thread".to_string(), ""),
         t => (format!("{t} threads"), " each"),
     };
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{name}, {who}, {depth} asynchronous sessions{each} (C_Sign answered CKR_PENDING, \
          collected with C_AsyncComplete)"
     );
-    println!(
+    outln!(
         "  ours async       {threads} thr, {depth} in flight{each}: {:>8.0} ops/s   cpu% {:.0}   (median of {} runs)",
         median(&r.rates),
         median(&r.cpu),

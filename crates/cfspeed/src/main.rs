@@ -15,6 +15,24 @@
 
 #![forbid(unsafe_code)]
 
+/// `println!` that ends the program quietly when standard output is a closed pipe
+/// (`cfspeed … | head`), where `println!` would panic.
+macro_rules! outln {
+    () => {
+        $crate::out_str("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::out_str(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!`, as [`outln`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::out_str(&format!($($arg)*))
+    };
+}
+
 mod asynchronous;
 mod bench;
 mod breakeven;
@@ -32,6 +50,20 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
+/// Writes to standard output: a closed pipe ends the program with status 0 (the reader has
+/// what it wanted); another write error ends it with status 1 and a message.
+fn out_str(s: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_all(s.as_bytes()).and_then(|()| o.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cfspeed: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
 
 use crate::bench::{calibrate, median, percentile, RunResult};
 use crate::mechs::{NativeKind, NativeTarget, P11Target, Target};
@@ -588,7 +620,7 @@ fn run(args: Args) -> Result<bool, String> {
                 Some(v) => {
                     let b = breakeven::find(&name, "ours", &v, &points);
                     if tables {
-                        print!("{}", breakeven::render(&b));
+                        out!("{}", breakeven::render(&b));
                     }
                     report.break_even.push(b);
                 }
@@ -628,11 +660,11 @@ fn run(args: Args) -> Result<bool, String> {
 fn finish(args: &Args, report: &Report) -> Result<(), String> {
     let json = || serde_json::to_string_pretty(report).map_err(|e| format!("JSON: {e}"));
     if args.json || args.child {
-        println!("{}", json()?);
+        outln!("{}", json()?);
     } else if !report.notes.is_empty() {
-        println!();
+        outln!();
         for n in &report.notes {
-            println!("# note: {n}");
+            outln!("# note: {n}");
         }
     }
     if args.child {
@@ -646,7 +678,7 @@ fn finish(args: &Args, report: &Report) -> Result<(), String> {
         std::fs::write(p, chart::svg(&title, &report.results))
             .map_err(|e| format!("{}: {e}", p.display()))?;
         if !args.json {
-            println!("# chart written to {}", p.display());
+            outln!("# chart written to {}", p.display());
         }
     }
     Ok(())
@@ -700,7 +732,7 @@ fn run_multi(args: &Args) -> Result<bool, String> {
                     format!("{} {}", r.implementation, v.join(" + "))
                 })
                 .collect();
-            println!("  per process ops/s: {}", per.join("   "));
+            outln!("  per process ops/s: {}", per.join("   "));
             i += n;
         }
     }

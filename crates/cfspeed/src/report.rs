@@ -201,21 +201,25 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 /// Prints the header of the text report.
 pub fn print_header(r: &Report) {
-    println!("# {}", r.command);
-    println!(
+    outln!("# {}", r.command);
+    outln!(
         "# machine: {} CPUs, {}; flags: {}",
         r.machine.cpus,
         r.machine.cpu_model,
         r.machine.cpu_flags.join(" ")
     );
-    println!("# native: {} (linked into cfspeed)", r.openssl);
+    outln!("# native: {} (linked into cfspeed)", r.openssl);
     for m in &r.modules {
-        println!(
+        outln!(
             "# {}: {} — {}, slot {}, token \"{}\"",
-            m.name, m.path, m.library, m.slot, m.token
+            m.name,
+            m.path,
+            m.library,
+            m.slot,
+            m.token
         );
     }
-    println!(
+    outln!(
         "# each figure: median of {} runs of {:.2} s; ops/s summed over threads{}; \
          ratios and ×1 thr: median of the per-round ratios (implementations interleaved); \
          usr%/sys%: CPU time of all {} CPUs",
@@ -232,15 +236,24 @@ pub fn print_header(r: &Report) {
 
 /// Prints one (mechanism, size) table.
 pub fn print_group(title: &str, what: &str, rows: &[Row], ratios: &[Ratio]) {
-    println!();
-    println!("{title}");
-    println!("  {what}");
-    println!(
+    outln!();
+    outln!("{title}");
+    outln!("  {what}");
+    outln!(
         "  {:<14} {:>3} {:>12} {:>10} {:>9} {:>9} {:>6} {:>5} {:>5} {:>9}",
-        "impl", "thr", "ops/s", "MB/s", "p50 µs", "p99 µs", "cpu%", "usr%", "sys%", "×1 thr"
+        "impl",
+        "thr",
+        "ops/s",
+        "MB/s",
+        "p50 µs",
+        "p99 µs",
+        "cpu%",
+        "usr%",
+        "sys%",
+        "×1 thr"
     );
     for r in rows {
-        println!(
+        outln!(
             "  {:<14} {:>3} {:>12} {:>10} {:>9} {:>9} {:>6.0} {:>5.1} {:>5.1} {:>9}",
             r.implementation,
             r.threads,
@@ -263,7 +276,7 @@ pub fn print_group(title: &str, what: &str, rows: &[Row], ratios: &[Ratio]) {
         })
         .collect();
     if !eff.is_empty() {
-        println!("  ops per CPU-second vs 1 thr: {}", eff.join("   "));
+        outln!("  ops per CPU-second vs 1 thr: {}", eff.join("   "));
     }
     let mut threads: Vec<usize> = ratios.iter().map(|r| r.threads).collect();
     threads.dedup();
@@ -273,7 +286,7 @@ pub fn print_group(title: &str, what: &str, rows: &[Row], ratios: &[Ratio]) {
             .filter(|r| r.threads == t)
             .map(|r| format!("{} {:.2}", r.name, r.value))
             .collect();
-        println!("  ratios, {t} thr: {}", parts.join("   "));
+        outln!("  ratios, {t} thr: {}", parts.join("   "));
     }
 }
 

@@ -21,6 +21,16 @@
                                     others keep working
   robust.py hold  PORT CAFILE CMD…   a TLS connection is made, CMD runs (a reload), then the
                                     connection must still carry an HTTP request and its answer
+  robust.py proxyproto PORT CAFILE BACK_PORT v1|v2
+                                    the application on BACK_PORT (served here) must receive a
+                                    PROXY protocol header of that version first, naming this
+                                    client's address and port and the instance's, then the
+                                    client's bytes
+  robust.py idletimeout PORT CAFILE SECONDS
+                                    with idle_timeout = SECONDS in front of the echo service: an
+                                    idle connection is closed cleanly after SECONDS (not much
+                                    before, not much after); one that sends a byte every
+                                    SECONDS/2 stays open past it
 Every wait is bounded; exit status 0 on success.
 """
 import asyncio
@@ -394,6 +404,125 @@ def hold(port, cafile, cmd):
     return rc == 0 and b" 200 " in data.split(b"\r\n", 1)[0]
 
 
+V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def read_exactly(conn, n):
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise EOFError(f"closed after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+def read_proxy_header(conn, version):
+    """The header an application behind the proxy reads first: (src, sport, dst, dport)."""
+    if version == "v1":
+        line = b""
+        while not line.endswith(b"\r\n"):
+            line += read_exactly(conn, 1)
+            if len(line) > 107:  # the specification's longest line
+                raise ValueError(f"v1 line too long: {line!r}")
+        parts = line[:-2].decode().split(" ")
+        if parts[0] != "PROXY" or parts[1] not in ("TCP4", "TCP6") or len(parts) != 6:
+            raise ValueError(f"bad v1 line {line!r}")
+        return parts[2], int(parts[4]), parts[3], int(parts[5])
+    head = read_exactly(conn, 16)
+    if head[:12] != V2_SIGNATURE or head[12] != 0x21:
+        raise ValueError(f"bad v2 header {head!r}")
+    fam, length = head[13], struct.unpack("!H", head[14:16])[0]
+    body = read_exactly(conn, length)
+    if fam == 0x11 and length == 12:
+        src, dst = socket.inet_ntop(socket.AF_INET, body[0:4]), socket.inet_ntop(socket.AF_INET, body[4:8])
+        sport, dport = struct.unpack("!HH", body[8:12])
+    elif fam == 0x21 and length == 36:
+        src, dst = socket.inet_ntop(socket.AF_INET6, body[0:16]), socket.inet_ntop(socket.AF_INET6, body[16:32])
+        sport, dport = struct.unpack("!HH", body[32:36])
+    else:
+        raise ValueError(f"unexpected v2 family {fam:#x}, length {length}")
+    return src, sport, dst, dport
+
+
+def proxyproto(port, cafile, back_port, version):
+    """The application behind PORT gets the PROXY header first, with this client's address."""
+    import threading
+
+    seen = {}
+    srv = socket.create_server((HOST, back_port))
+    srv.settimeout(20)
+
+    def app():
+        try:
+            conn, _ = srv.accept()
+            with conn:
+                conn.settimeout(10)
+                seen["header"] = read_proxy_header(conn, version)
+                seen["then"] = read_exactly(conn, 6)
+                conn.sendall(b"seen\n")
+        except Exception as e:  # reported below
+            seen["error"] = repr(e)
+
+    t = threading.Thread(target=app, daemon=True)
+    t.start()
+    ctx = ssl.create_default_context(cafile=cafile)
+    ok = False
+    try:
+        with socket.create_connection((HOST, port), timeout=10) as s:
+            mine = s.getsockname()[:2]
+            with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+                tls.sendall(b"hello\n")
+                answer = tls.recv(64)
+        t.join(15)
+        want = (mine[0], mine[1], HOST, port)
+        got = seen.get("header")
+        ok = got == want and seen.get("then") == b"hello\n" and answer == b"seen\n"
+        print(f"proxyproto {version}: application saw {got} then {seen.get('then')!r} "
+              f"(client {want}){' error ' + seen['error'] if 'error' in seen else ''}")
+    finally:
+        srv.close()
+    return ok
+
+
+def idletimeout(port, cafile, seconds):
+    """An idle relay is closed after `seconds`; one kept busy is not."""
+    ctx = ssl.create_default_context(cafile=cafile)
+
+    def tls():
+        s = socket.create_connection((HOST, port), timeout=10)
+        return ctx.wrap_socket(s, server_hostname="localhost", suppress_ragged_eofs=False)
+
+    def echoes(t, msg=b"ping\n"):
+        t.settimeout(5)
+        t.sendall(msg)
+        return read_exactly(t, len(msg)) == msg
+
+    idle, busy = tls(), tls()
+    ok = echoes(idle) and echoes(busy)
+    start = time.monotonic()
+    # The busy one: a line every seconds/2 for 2·seconds, each echoed.
+    while time.monotonic() - start < 2 * seconds:
+        time.sleep(seconds / 2)
+        ok = ok and echoes(busy)
+    busy_ok = ok and echoes(busy)
+    # The idle one was closed meanwhile: its end is already waiting to be read.
+    kind, _ = end_of(idle, wait=seconds + 3)
+    idle_ok = kind in ("close_notify", "FIN")
+    # A fresh idle connection: closed after `seconds`, not before.
+    fresh = tls()
+    echoes(fresh)
+    t0 = time.monotonic()
+    kind2, took = end_of(fresh, wait=seconds + 3)
+    took = time.monotonic() - t0
+    timing_ok = kind2 in ("close_notify", "FIN") and seconds - 0.5 <= took <= seconds + 2.5
+    print(f"idletimeout: busy connection still echoes after {2 * seconds}s: {busy_ok}; "
+          f"idle one ended by {kind}; a fresh idle one ended by {kind2} after {took:.2f}s")
+    for t in (idle, busy, fresh):
+        t.close()
+    return busy_ok and idle_ok and timing_ok
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "fuzz":
@@ -411,6 +540,10 @@ def main():
         ok = backend(int(a[2]), int(a[3]), int(a[4]), a[5])
     elif cmd == "hold":
         ok = hold(int(sys.argv[2]), sys.argv[3], sys.argv[4:])
+    elif cmd == "proxyproto":
+        ok = proxyproto(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif cmd == "idletimeout":
+        ok = idletimeout(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:
         sys.exit(f"unknown command {cmd}")
     sys.exit(0 if ok else 1)

@@ -4,7 +4,8 @@
 # PKCS#1 v1.5 signatures, resumption by session ID and ticket, fallback of a ClientHello the
 # proxy cannot serve, reload with SIGHUP keeping established connections, delete, robustness
 # (malformed/random/mutated first flights, a stalled handshake, 10,000 idle connections, the
-# application down, reset or killed), worker processes (`workers = 2`: tickets resumed on
+# application down, reset or killed), the PROXY protocol header (v1, v2) and the idle timeout,
+# worker processes (`workers = 2`: tickets resumed on
 # either worker, reload, a killed worker restarted, stop) and the counters in
 # `cryptoadm stat --json`.
 #
@@ -48,10 +49,11 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 12
+pick_ports 16
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
-P_W=$((BASE + 9)); P_IDLE=$((BASE + 10))
+P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
+P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -275,7 +277,7 @@ check "SNI: a second certificate added by editing the file and SIGHUP, chosen by
 alive_ok() { kill -0 "$(cat "$W/tlsproxy.pid")" && curl_ok "$P_RSA" "$W/rsa.crt"; }
 check "the daemon is alive and serving after the robustness runs" alive_ok
 
-# --- worker processes ---------------------------------------------------------------------------
+# --- PROXY protocol header and idle timeout -----------------------------------------------------
 stat_sum() { # COUNTER...: the sum of these tlsproxy counters in `cryptoadm stat --json`
     "$REL/cryptoadm" stat --json | python3 -c '
 import json, sys
@@ -283,6 +285,31 @@ d = json.load(sys.stdin)
 c = {x["name"]: x["value"] for x in d["counters"] if x["component"] == "tlsproxy"}
 print(sum(c.get(n, 0) for n in sys.argv[1:]))' "$@"
 }
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_PPB1" \
+    --proxy-protocol v1 127.0.0.1 "$P_PP1" > "$W/create6.log" 2>&1
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_PPB2" \
+    --proxy-protocol v2 127.0.0.1 "$P_PP2" > "$W/create7.log" 2>&1
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_ECHO" \
+    --idle-timeout 2 127.0.0.1 "$P_IT" > "$W/create8.log" 2>&1
+wait_port "$P_PP1" && wait_port "$P_PP2" && wait_port "$P_IT" || fail "PROXY protocol and idle-timeout instances did not start"
+check "--proxy-protocol v1: the application reads the client's address and port first, then its bytes" \
+    python3 "$HERE/robust.py" proxyproto "$P_PP1" "$W/ec.crt" "$P_PPB1" v1
+check "--proxy-protocol v2: the same with the binary header" \
+    python3 "$HERE/robust.py" proxyproto "$P_PP2" "$W/ec.crt" "$P_PPB2" v2
+idle_before=$(stat_sum idle_timeouts)
+check "--idle-timeout 2: an idle relay is closed cleanly after 2 s, a busy one stays open" \
+    python3 "$HERE/robust.py" idletimeout "$P_IT" "$W/ec.crt" 2
+idle_counted_ok() { [ "$(stat_sum idle_timeouts)" -ge $((idle_before + 2)) ]; }
+check "cryptoadm stat counts the relays closed for idleness (idle_timeouts)" idle_counted_ok
+pp_list_ok() { local out; out=$("${CFG[@]}" list) && grep -q "^127.0.0.1-$P_PP2 .* $P_PPB2/v2 " <<<"$out"; }
+check "tlsproxycfg list shows the PROXY protocol version beside the clear-text port" pp_list_ok
+list_pipe_ok() { # a reader that stops after one line: no panic, exit 0
+    "${CFG[@]}" list 2>"$W/list-pipe.err" | head -1 >/dev/null
+    [ "${PIPESTATUS[0]}" = 0 ] && ! grep -q panicked "$W/list-pipe.err"
+}
+check "tlsproxycfg list | head -1: exit 0, no panic" list_pipe_ok
+
+# --- worker processes ---------------------------------------------------------------------------
 workers_start_ok() {
     workers_daemon 2 "$P_W" workers || return 1
     SUP=$(cat "$W/workers.pid")

@@ -15,6 +15,8 @@
 //! session_timeout = 86400      # seconds, for session IDs and tickets
 //! tickets = true
 //! handshake_timeout = 10       # seconds
+//! idle_timeout = 300           # optional: close a relay idle this long (seconds; 0: never)
+//! proxy_protocol = "v2"        # optional: PROXY header ("v1" or "v2") to the clear-text service
 //! unknown_sni = "default"      # or "fallback" / "reject"
 //! pin_file = "/etc/opencf/tlsproxy.pin"
 //! cert_file = "/etc/opencf/tlsproxy/8443.pem"      # or cert_uri = "pkcs11:…;type=cert"
@@ -69,6 +71,21 @@ pub enum UnknownSni {
     Reject,
 }
 
+/// The longest `handshake_timeout` (an hour).
+pub const MAX_HANDSHAKE_TIMEOUT: u64 = 3600;
+/// The longest `idle_timeout` (a year).
+pub const MAX_IDLE_TIMEOUT: u64 = 365 * 86400;
+
+/// The PROXY protocol header sent to the clear-text service (see [`crate::proxy_header`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    /// The text line of version 1.
+    V1,
+    /// The binary header of version 2.
+    V2,
+}
+
 fn default_versions() -> Vec<String> {
     vec!["1.2".into(), "1.3".into()]
 }
@@ -80,6 +97,9 @@ fn default_timeout() -> u64 {
 }
 fn default_handshake_timeout() -> u64 {
     10
+}
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 fn yes() -> bool {
     true
@@ -112,6 +132,12 @@ pub struct Instance {
     pub tickets: bool,
     #[serde(default = "default_handshake_timeout")]
     pub handshake_timeout: u64,
+    /// Seconds without a byte either way after which a relayed connection is closed; 0 (the
+    /// default) keeps it open as long as both sides do.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle_timeout: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
     #[serde(default)]
     pub unknown_sni: UnknownSni,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +175,8 @@ impl Instance {
             session_timeout: default_timeout(),
             tickets: true,
             handshake_timeout: default_handshake_timeout(),
+            idle_timeout: 0,
+            proxy_protocol: None,
             unknown_sni: UnknownSni::Default,
             pin_file: None,
             cert_file: None,
@@ -189,6 +217,18 @@ impl Instance {
                     "instance {n}: unknown TLS version {v:?} (1.2 or 1.3)"
                 ));
             }
+        }
+        if !(1..=MAX_HANDSHAKE_TIMEOUT).contains(&self.handshake_timeout) {
+            return Err(format!(
+                "instance {n}: handshake_timeout = {}: must be between 1 and {MAX_HANDSHAKE_TIMEOUT} seconds",
+                self.handshake_timeout
+            ));
+        }
+        if self.idle_timeout > MAX_IDLE_TIMEOUT {
+            return Err(format!(
+                "instance {n}: idle_timeout = {}: at most {MAX_IDLE_TIMEOUT} seconds (0: never)",
+                self.idle_timeout
+            ));
         }
         if self.versions.is_empty() {
             return Err(format!("instance {n}: no TLS version"));
@@ -284,6 +324,8 @@ mod tests {
         let mut c = Config::default();
         let mut i = Instance::new(None, 8443, 8080, "pkcs11:object=k".into());
         i.cert_file = Some("/c.pem".into());
+        i.idle_timeout = 300;
+        i.proxy_protocol = Some(ProxyProtocol::V2);
         i.sni.push(SniSite {
             names: vec!["a.example".into()],
             cert_file: None,
@@ -307,6 +349,34 @@ mod tests {
                 .contains("cert_file")
         );
         assert!(Config::parse("bogus = 1").is_err());
+        let one = |extra: &str| {
+            Config::parse(&format!(
+                "[[instance]]\nport = 1\nproxy_port = 2\nkey_uri = \"x\"\ncert_file = \"/c\"\n{extra}"
+            ))
+        };
+        let plain = &one("").unwrap().instances[0];
+        assert_eq!((plain.idle_timeout, plain.proxy_protocol), (0, None));
+        let v1 = &one("proxy_protocol = \"v1\"\nidle_timeout = 5")
+            .unwrap()
+            .instances[0];
+        assert_eq!(
+            (v1.idle_timeout, v1.proxy_protocol),
+            (5, Some(ProxyProtocol::V1))
+        );
+        assert!(one("proxy_protocol = \"v3\"").unwrap_err().contains("v3"));
+        assert!(one("idle_timeout = -1").is_err());
+        assert!(one("idle_timeout = 31536001")
+            .unwrap_err()
+            .contains("at most"));
+        for bad in [
+            "handshake_timeout = 0",
+            "handshake_timeout = 18446744073709551615",
+        ] {
+            assert!(one(bad).is_err(), "{bad}");
+        }
+        assert!(one("handshake_timeout = 0")
+            .unwrap_err()
+            .contains("between 1 and 3600"));
         assert_eq!(Config::parse("workers = 4").unwrap().workers, Some(4));
         assert_eq!(Config::parse("").unwrap().workers, None);
         for bad in ["workers = 0", "workers = 65"] {

@@ -10,6 +10,7 @@
 //! * [`tickets`]: the session-ticket producer, whose keys derive from a secret shared by the
 //!   worker processes.
 //! * [`proxy`]: listeners, the per-connection state machine, reload.
+//! * [`proxy_header`]: the PROXY protocol header (versions 1 and 2) for the clear-text service.
 //! * [`workers`]: the supervisor of several worker processes (`workers = N`).
 //! * [`stats`]: the live counters (`cryptoadm stat`, component `tlsproxy`).
 //! * [`import`]: import of PEM and PKCS#12 keys into the token (used by `tlsproxycfg`).
@@ -19,6 +20,7 @@ pub mod clienthello;
 pub mod config;
 pub mod import;
 pub mod proxy;
+pub mod proxy_header;
 pub mod stats;
 pub mod tickets;
 pub mod tls;

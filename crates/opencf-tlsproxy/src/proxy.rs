@@ -4,7 +4,9 @@
 //! is complete; [`InstanceTls::decide`] then either hands the bytes, untouched, to the fallback
 //! port, or feeds them to a rustls [`Acceptor`] and completes the handshake with the chosen
 //! configuration, after which clear text is relayed to `127.0.0.1:proxy_port` in both
-//! directions with back-pressure (`copy_bidirectional`).
+//! directions with back-pressure (`copy_bidirectional`), after a PROXY protocol header where
+//! the instance asks for one ([`crate::proxy_header`]). With `idle_timeout`, a relay (served or
+//! fallback) that carries no byte either way for that long is closed.
 //!
 //! `SIGHUP` re-reads the file: changed instances get their new TLS state for new connections,
 //! new ones start listening, removed ones stop listening; established connections keep going.
@@ -14,6 +16,7 @@
 
 use crate::clienthello::{peek, Peek, MAX_HELLO};
 use crate::config::{Config, Instance};
+use crate::proxy_header;
 use crate::stats::{self, inc, Active};
 use crate::tickets::TicketSecret;
 use crate::tls::{Decision, InstanceTls, Resumption};
@@ -23,6 +26,7 @@ use rustls::server::Acceptor;
 use rustls::ServerConfig;
 use std::collections::HashMap;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -217,6 +221,8 @@ pub async fn handle(mut stream: TcpStream, st: Arc<State>) {
     let _active = Active::new();
     let s = stats::get();
     let _ = stream.set_nodelay(true);
+    // The client's address and the one it reached, for a PROXY protocol header.
+    let addrs = stream.peer_addr().ok().zip(stream.local_addr().ok());
     let deadline = Instant::now() + Duration::from_secs(st.inst.handshake_timeout);
     let mut buf = Vec::with_capacity(1024);
     let hello = loop {
@@ -251,14 +257,66 @@ pub async fn handle(mut stream: TcpStream, st: Arc<State>) {
         Decision::Fallback(_) => {
             inc(s.fallbacks);
             if let Some(port) = st.inst.fallback_port {
-                fallback(stream, &buf, port).await;
+                fallback(stream, &buf, port, &st.inst).await;
             }
         }
-        Decision::Serve(cfg) => serve(stream, &buf, cfg, st.inst.proxy_port, deadline).await,
+        Decision::Serve(cfg) => serve(stream, &buf, cfg, &st.inst, deadline, addrs).await,
     }
 }
 
-async fn fallback(mut stream: TcpStream, first: &[u8], port: u16) {
+/// When the last byte passed through a relay, for `idle_timeout`.
+struct LastByte {
+    start: Instant,
+    /// Milliseconds from `start`.
+    at: AtomicU64,
+}
+
+impl LastByte {
+    fn new() -> Arc<LastByte> {
+        Arc::new(LastByte {
+            start: Instant::now(),
+            at: AtomicU64::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        self.at
+            .store(self.start.elapsed().as_millis() as u64, Relaxed);
+    }
+
+    /// Returns once no byte has passed for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let end = self.start + Duration::from_millis(self.at.load(Relaxed)) + idle;
+            if Instant::now() >= end {
+                return;
+            }
+            tokio::time::sleep_until(end).await;
+        }
+    }
+}
+
+/// Relays between `a` (the client's side, counted) and `b` until both ends close, one fails,
+/// or, with an idle timeout, no byte has passed for that long (counted, and an error).
+async fn relay<A, B>(a: &mut Counted<A>, b: &mut B, idle: u64) -> io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(last) = (idle > 0).then(LastByte::new) else {
+        return tokio::io::copy_bidirectional(a, b).await.map(|_| ());
+    };
+    a.last = Some(last.clone());
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(a, b) => r.map(|_| ()),
+        _ = last.idle_for(Duration::from_secs(idle)) => {
+            inc(stats::get().idle_timeouts);
+            Err(io::ErrorKind::TimedOut.into())
+        }
+    }
+}
+
+async fn fallback(stream: TcpStream, first: &[u8], port: u16, inst: &Instance) {
     let s = stats::get();
     let mut up = match timeout(CONNECT_TIMEOUT, TcpStream::connect(("127.0.0.1", port))).await {
         Ok(Ok(u)) => u,
@@ -272,9 +330,13 @@ async fn fallback(mut stream: TcpStream, first: &[u8], port: u16) {
         return;
     }
     s.fallback_bytes.fetch_add(first.len() as u64, Relaxed);
-    if let Ok((a, b)) = tokio::io::copy_bidirectional(&mut stream, &mut up).await {
-        s.fallback_bytes.fetch_add(a + b, Relaxed);
-    }
+    let mut counted = Counted {
+        inner: stream,
+        read: s.fallback_bytes,
+        written: s.fallback_bytes,
+        last: None,
+    };
+    let _ = relay(&mut counted, &mut up, inst.idle_timeout).await;
 }
 
 /// Counts a handshake error: alerts received from the peer, or the fatal alert rustls sends.
@@ -292,8 +354,9 @@ async fn serve(
     mut stream: TcpStream,
     first: &[u8],
     cfg: Arc<ServerConfig>,
-    proxy_port: u16,
+    inst: &Instance,
     deadline: Instant,
+    addrs: Option<(SocketAddr, SocketAddr)>,
 ) {
     let s = stats::get();
     let mut acceptor = Acceptor::default();
@@ -341,7 +404,7 @@ async fn serve(
     }
     let mut backend = match timeout(
         CONNECT_TIMEOUT,
-        TcpStream::connect(("127.0.0.1", proxy_port)),
+        TcpStream::connect(("127.0.0.1", inst.proxy_port)),
     )
     .await
     {
@@ -354,26 +417,41 @@ async fn serve(
         }
     };
     let _ = backend.set_nodelay(true);
+    if let Some(v) = inst.proxy_protocol {
+        if backend
+            .write_all(&proxy_header::header(v, addrs))
+            .await
+            .is_err()
+        {
+            inc(s.backend_errors);
+            let _ = timeout(CLOSE_TIMEOUT, tls.shutdown()).await;
+            return;
+        }
+    }
     let mut counted = Counted {
         inner: tls,
         read: s.bytes_in,
         written: s.bytes_out,
+        last: None,
     };
-    if tokio::io::copy_bidirectional(&mut counted, &mut backend)
+    if relay(&mut counted, &mut backend, inst.idle_timeout)
         .await
         .is_err()
     {
-        // One side failed (the application reset its connection or died, or the client did):
-        // the client still gets a close_notify where its socket takes one, then the close.
+        // One side failed (the application reset its connection or died, or the client did),
+        // or the connection was idle too long: the client still gets a close_notify where its
+        // socket takes one, then the close.
         let _ = timeout(CLOSE_TIMEOUT, counted.inner.shutdown()).await;
     }
 }
 
-/// A stream that adds what passes through it to two counters as it goes.
+/// A stream that adds what passes through it to two counters as it goes, and notes when the
+/// last byte passed (with an idle timeout).
 pub struct Counted<S> {
     pub inner: S,
     pub read: &'static AtomicU64,
     pub written: &'static AtomicU64,
+    last: Option<Arc<LastByte>>,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
@@ -384,8 +462,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        self.read
-            .fetch_add((buf.filled().len() - before) as u64, Relaxed);
+        let n = buf.filled().len() - before;
+        self.read.fetch_add(n as u64, Relaxed);
+        if n > 0 {
+            if let Some(l) = &self.last {
+                l.touch();
+            }
+        }
         r
     }
 }
@@ -399,6 +482,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(n)) = &r {
             self.written.fetch_add(*n as u64, Relaxed);
+            if let Some(l) = &self.last {
+                l.touch();
+            }
         }
         r
     }

@@ -13,6 +13,8 @@ pub struct Stats {
     pub handshakes_resumed: &'static AtomicU64,
     pub handshake_failures: &'static AtomicU64,
     pub handshake_timeouts: &'static AtomicU64,
+    /// Relays closed by `idle_timeout`.
+    pub idle_timeouts: &'static AtomicU64,
     /// Connections handed to the fallback port.
     pub fallbacks: &'static AtomicU64,
     /// First flights that were not a TLS ClientHello.
@@ -49,6 +51,7 @@ pub fn get() -> &'static Stats {
             handshakes_resumed: c("handshakes_resumed"),
             handshake_failures: c("handshake_failures"),
             handshake_timeouts: c("handshake_timeouts"),
+            idle_timeouts: c("idle_timeouts"),
             fallbacks: c("fallbacks"),
             malformed: c("malformed"),
             rejected: c("rejected"),

@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use opencf_tlsproxy::config::{Config, Instance};
+use opencf_tlsproxy::config::{Config, Instance, ProxyProtocol};
 use opencf_tlsproxy::import::{load_pem, load_pkcs12};
 use opencf_tlsproxy::tickets::TicketSecret;
 use opencf_tlsproxy::tls::{select_suites, InstanceTls, Resumption};
@@ -25,6 +25,12 @@ struct Args {
     pid_file: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProxyProtocolArg {
+    V1,
+    V2,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -80,6 +86,14 @@ enum Cmd {
         /// Handshake timeout in seconds.
         #[arg(long)]
         handshake_timeout: Option<u64>,
+        /// Close a relayed connection after this many seconds without a byte either way
+        /// (default 0: never).
+        #[arg(long)]
+        idle_timeout: Option<u64>,
+        /// Send a PROXY protocol header (v1 or v2) with the client's address to the
+        /// clear-text service before the relayed bytes.
+        #[arg(long, value_enum)]
+        proxy_protocol: Option<ProxyProtocolArg>,
         /// Disable session tickets.
         #[arg(long)]
         no_tickets: bool,
@@ -130,6 +144,25 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
     std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
+/// Writes one line on standard output. A closed pipe (`tlsproxycfg list | head -1`) or another
+/// write error does not stop the command (a `create` goes on to write the instance file once
+/// its key is imported): lines that cannot be written are dropped, instead of a panic.
+fn out_line(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{args}").and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("tlsproxycfg: cannot write to standard output: {e}");
+        }
+    }
+}
+
+macro_rules! say {
+    ($($arg:tt)*) => {
+        out_line(format_args!($($arg)*))
+    };
+}
+
 const DEFAULT_TOKEN: &str = "OpenCF Metaslot";
 
 struct Ctx {
@@ -157,13 +190,13 @@ impl Ctx {
     /// Tells a running daemon to reload; starts one when asked to.
     fn reload_or_start(&self, start: bool) -> Result<(), String> {
         if let Some(pid) = self.signal(rustix::process::Signal::HUP) {
-            println!("tlsproxycfg: daemon {pid} reloading");
+            say!("tlsproxycfg: daemon {pid} reloading");
             return Ok(());
         }
         if start {
             return self.start();
         }
-        println!(
+        say!(
             "tlsproxycfg: no daemon running; start it with `systemctl start opencf-tlsproxy@NAME` or `tlsproxycfg start`"
         );
         Ok(())
@@ -207,7 +240,7 @@ impl Ctx {
                 ));
             }
             if self.running_pid() == Some(child.id() as i32) {
-                println!(
+                say!(
                     "tlsproxycfg: daemon started, pid {} (log {})",
                     child.id(),
                     log_path.display()
@@ -227,7 +260,7 @@ impl Ctx {
         while Instant::now() < until && Path::new(&format!("/proc/{pid}")).exists() {
             std::thread::sleep(Duration::from_millis(50));
         }
-        println!("tlsproxycfg: daemon {pid} stopped");
+        say!("tlsproxycfg: daemon {pid} stopped");
         Ok(())
     }
 }
@@ -247,6 +280,8 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         fallback,
         versions,
         handshake_timeout,
+        idle_timeout,
+        proxy_protocol,
         no_tickets,
         unknown_sni,
         start,
@@ -287,7 +322,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
             kc.import(&module, Some(&token), pin.clone(), &label)?;
             std::fs::write(&chain_path, kc.chain_pem()?)
                 .map_err(|e| format!("{}: {e}", chain_path.display()))?;
-            println!("tlsproxycfg: key imported into token {token:?} as {label:?} (sensitive, not extractable)");
+            say!("tlsproxycfg: key imported into token {token:?} as {label:?} (sensitive, not extractable)");
             inst.cert_file = Some(chain_path.clone());
             wrote = Some(chain_path);
         }
@@ -312,6 +347,13 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     if let Some(h) = handshake_timeout {
         inst.handshake_timeout = h;
     }
+    if let Some(i) = idle_timeout {
+        inst.idle_timeout = i;
+    }
+    inst.proxy_protocol = proxy_protocol.map(|p| match p {
+        ProxyProtocolArg::V1 => ProxyProtocol::V1,
+        ProxyProtocolArg::V2 => ProxyProtocol::V2,
+    });
     if let Some(u) = unknown_sni {
         inst.unknown_sni = toml::Value::String(u.clone())
             .try_into()
@@ -332,7 +374,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         return Err(e);
     }
     cfg.save(&ctx.config)?;
-    println!(
+    say!(
         "tlsproxycfg: instance {} created in {}",
         inst.name(),
         ctx.config.display()
@@ -361,7 +403,7 @@ fn delete(ctx: &Ctx, t: &[String]) -> Result<(), String> {
         if let Some(f) = i.cert_file.as_ref().filter(|f| f.starts_with(&ours)) {
             let _ = std::fs::remove_file(f);
         }
-        println!(
+        say!(
             "tlsproxycfg: instance {} deleted (its key stays in the token)",
             i.name()
         );
@@ -371,16 +413,25 @@ fn delete(ctx: &Ctx, t: &[String]) -> Result<(), String> {
 
 fn list(ctx: &Ctx) -> Result<(), String> {
     let cfg = Config::load(&ctx.config)?;
-    println!(
-        "{:<22} {:<6} {:<6} {:<8} {:<8} {:<8} KEY",
-        "INSTANCE", "PORT", "PROXY", "FALLBACK", "VERSIONS", "CACHE"
+    say!(
+        "{:<22} {:<6} {:<8} {:<8} {:<8} {:<8} KEY",
+        "INSTANCE",
+        "PORT",
+        "PROXY",
+        "FALLBACK",
+        "VERSIONS",
+        "CACHE"
     );
     for i in &cfg.instances {
-        println!(
-            "{:<22} {:<6} {:<6} {:<8} {:<8} {:<8} {}",
+        say!(
+            "{:<22} {:<6} {:<8} {:<8} {:<8} {:<8} {}",
             i.name(),
             i.port,
-            i.proxy_port,
+            match i.proxy_protocol {
+                None => i.proxy_port.to_string(),
+                Some(ProxyProtocol::V1) => format!("{}/v1", i.proxy_port),
+                Some(ProxyProtocol::V2) => format!("{}/v2", i.proxy_port),
+            },
             i.fallback_port.map_or("-".to_string(), |p| p.to_string()),
             i.versions.join(","),
             format!("{}/{}s", i.session_cache, i.session_timeout),
@@ -389,14 +440,14 @@ fn list(ctx: &Ctx) -> Result<(), String> {
     }
     match ctx.running_pid() {
         Some(pid) => match children(pid).as_slice() {
-            [] => println!("daemon: running, pid {pid}"),
-            w => println!(
+            [] => say!("daemon: running, pid {pid}"),
+            w => say!(
                 "daemon: running, pid {pid}, {} workers (pids {})",
                 w.len(),
                 w.join(", ")
             ),
         },
-        None => println!("daemon: not running (from {})", ctx.pid_file.display()),
+        None => say!("daemon: not running (from {})", ctx.pid_file.display()),
     }
     Ok(())
 }

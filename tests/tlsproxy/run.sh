@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # opencf-tlsproxy end to end: keys imported into the softtoken behind libopencf.so (sensitive,
-# not extractable), curl and openssl over TLS 1.3 and 1.2 with RSA-2048 and ECDSA P-256,
+# not extractable), curl and openssl over TLS 1.3 and 1.2 with RSA-2048, ECDSA P-256 and Ed25519,
 # PKCS#1 v1.5 signatures, resumption by session ID and ticket, fallback of a ClientHello the
 # proxy cannot serve, reload with SIGHUP keeping established connections, delete, robustness
 # (malformed/random/mutated first flights, a stalled handshake, 10,000 idle connections, the
@@ -49,11 +49,11 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 16
+pick_ports 17
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
-P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15))
+P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -68,6 +68,8 @@ printf 'p12 pass\n' > "$W/p12pass"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ec.key -out ec.crt \
         -subj /CN=localhost -days 2 "${san[@]}"
     openssl pkcs12 -export -inkey ec.key -in ec.crt -out ec.p12 -passout pass:'p12 pass'
+    openssl req -x509 -newkey ed25519 -nodes -keyout ed.key -out ed.crt -subj /CN=localhost -days 2 "${san[@]}"
+    cat ed.key ed.crt > ed.pem
     openssl req -x509 -newkey rsa:2048 -nodes -keyout fb.key -out fb.crt -subj /CN=fallback-server -days 2
 ) >/dev/null 2>&1 || { echo "openssl could not make the test certificates"; exit 1; }
 echo "hello through opencf-tlsproxy" > "$W/www/index.html"
@@ -92,6 +94,10 @@ check "create -f pem (RSA-2048) --start: daemon listening" wait_port "$P_RSA"
 "${CFG[@]}" create -f pkcs12 -i "$W/ec.p12" -P "$W/p12pass" -p "$W/pin" -C web-ec -x "$HTTP" \
     127.0.0.1 "$P_EC" > "$W/create2.log" 2>&1
 check "create -f pkcs12 (ECDSA P-256), reload: listening" wait_port "$P_EC"
+# Ed25519 from PEM.
+"${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C web-ed -x "$HTTP" \
+    127.0.0.1 "$P_ED" > "$W/create9.log" 2>&1
+check "create -f pem (Ed25519), reload: listening" wait_port "$P_ED"
 
 # The keys are in the token, sensitive and never extractable.
 keys_ok() {
@@ -108,7 +114,7 @@ for b in blocks:
     extractable = "extractable" in flags
     print(f"    {label}: {b.splitlines()[0].strip()} access: {access.strip()}")
     found[label] = sensitive and not extractable
-ok = len(found) == 2 and all(found.values())
+ok = len(found) == 3 and all(found.values())
 sys.exit(0 if ok else 1)
 PY
 }
@@ -126,6 +132,8 @@ check "curl TLS 1.3, RSA-2048 key in the token" curl_ok "$P_RSA" "$W/rsa.crt" --
 check "curl TLS 1.2 (--tls-max 1.2), RSA-2048" curl_ok "$P_RSA" "$W/rsa.crt" --tls-max 1.2
 check "curl TLS 1.3, ECDSA P-256 key in the token" curl_ok "$P_EC" "$W/ec.crt" --tlsv1.3
 check "curl TLS 1.2 (--tls-max 1.2), ECDSA P-256" curl_ok "$P_EC" "$W/ec.crt" --tls-max 1.2
+check "curl TLS 1.3, Ed25519 key in the token" curl_ok "$P_ED" "$W/ed.crt" --tlsv1.3
+check "curl TLS 1.2 (--tls-max 1.2), Ed25519" curl_ok "$P_ED" "$W/ed.crt" --tls-max 1.2
 
 s_client() { # PORT [options]: one connection, stdin closed after a short pause
     local port=$1; shift
@@ -136,6 +144,11 @@ pkcs1_ok() {
     grep -q "Peer signature type: RSA$" <<<"$out" && grep -q "Verify return code: 0" <<<"$out"
 }
 check "TLS 1.2 with an RSA PKCS#1 v1.5 signature (CKM_SHA256_RSA_PKCS)" pkcs1_ok
+ed25519_ok() {
+    local out; out=$(s_client "$P_ED" -tls1_3 -CAfile "$W/ed.crt")
+    grep -qi "Peer signature type: Ed25519" <<<"$out" && grep -q "Verify return code: 0" <<<"$out"
+}
+check "TLS 1.3 with an Ed25519 signature (CKM_EDDSA), verified by openssl s_client" ed25519_ok
 
 # --- resumption --------------------------------------------------------------------------------
 resumed() { # PORT: first connection saves the session, the second shows Reused
@@ -176,9 +189,9 @@ check "unknown_sni = fallback: an unknown name goes to the fallback server, loca
 list_ok() {
     local out; out=$("${CFG[@]}" list)
     sed 's/^/    /' <<<"$out"
-    [ "$(grep -c "^127.0.0.1-" <<<"$out")" = 3 ] && grep -q "daemon: running" <<<"$out"
+    [ "$(grep -c "^127.0.0.1-" <<<"$out")" = 4 ] && grep -q "daemon: running" <<<"$out"
 }
-check "tlsproxycfg list: three instances, daemon running" list_ok
+check "tlsproxycfg list: four instances, daemon running" list_ok
 delete_ok() { "${CFG[@]}" delete 127.0.0.1 "$P_P11" >/dev/null && wait_port "$P_P11" down && curl_ok "$P_RSA" "$W/rsa.crt"; }
 check "tlsproxycfg delete: its port closes, the others keep serving" delete_ok
 
@@ -427,7 +440,7 @@ ok = (c.get("handshakes_full", 0) >= 10 and c.get("handshakes_resumed", 0) >= 3
       and c.get("fallbacks", 0) >= 1 and c.get("malformed", 0) >= 1
       and c.get("handshake_timeouts", 0) >= 1 and c.get("bytes_in", 0) > 0 and c.get("bytes_out", 0) > 0
       and m.get("CKM_ECDSA", 0) >= 4 and m.get("CKM_SHA256_RSA_PKCS_PSS", 0) + m.get("CKM_RSA_PKCS_PSS", 0) >= 2
-      and m.get("CKM_SHA256_RSA_PKCS", 0) >= 1)
+      and m.get("CKM_SHA256_RSA_PKCS", 0) >= 1 and m.get("CKM_EDDSA", 0) >= 3)
 sys.exit(0 if ok else 1)
 PY
 }

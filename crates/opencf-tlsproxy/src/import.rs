@@ -2,11 +2,11 @@
 //! The private key becomes a token object with CKA_SENSITIVE=TRUE and CKA_EXTRACTABLE=FALSE
 //! (so it can never be read back); the certificate is stored beside it under the same label.
 
-use crate::token::{Module, P256_PARAMS, P384_PARAMS};
+use crate::token::{Module, ED25519_PARAMS, P256_PARAMS, P384_PARAMS};
 use crate::Result;
 use cryptoki::object::{Attribute, CertificateType, KeyType, ObjectClass};
 use openssl::nid::Nid;
-use openssl::pkey::{PKey, Private};
+use openssl::pkey::{Id, PKey, Private};
 use openssl::x509::X509;
 use std::path::Path;
 
@@ -127,8 +127,15 @@ impl KeyAndChain {
                 Attribute::EcParams(params.to_vec()),
                 Attribute::Value(d),
             ]);
+        } else if self.key.id() == Id::ED25519 {
+            let d = self.key.raw_private_key().map_err(e)?;
+            t.extend([
+                Attribute::KeyType(KeyType::EC_EDWARDS),
+                Attribute::EcParams(ED25519_PARAMS.to_vec()),
+                Attribute::Value(d),
+            ]);
         } else {
-            return Err("only RSA and EC keys can be imported".into());
+            return Err("only RSA, EC (P-256, P-384) and Ed25519 keys can be imported".into());
         }
         Ok(t)
     }

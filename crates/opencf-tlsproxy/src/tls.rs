@@ -13,7 +13,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
-use rustls::{ServerConfig, SignatureAlgorithm, SupportedCipherSuite, SupportedProtocolVersion};
+use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -298,11 +298,7 @@ impl InstanceTls {
             } else {
                 names
             };
-            let alg = if matches!(kind, KeyKind::Rsa { .. }) {
-                SignatureAlgorithm::RSA
-            } else {
-                SignatureAlgorithm::ECDSA
-            };
+            let alg = kind.algorithm();
             let mut p = provider::default_provider();
             p.cipher_suites = suites
                 .iter()
@@ -342,6 +338,7 @@ impl InstanceTls {
             KeyKind::Rsa { .. } => vec![0x0804, 0x0805, 0x0401, 0x0501],
             KeyKind::EcP256 => vec![0x0403],
             KeyKind::EcP384 => vec![0x0503],
+            KeyKind::Ed25519 => vec![0x0807],
         };
         let sig_ok = |tls13: bool| {
             hello

@@ -8,6 +8,7 @@ use crate::uri::Pkcs11Uri;
 use crate::Result;
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error as CkError, RvError};
+use cryptoki::mechanism::eddsa::{EddsaParams, EddsaSignatureScheme};
 use cryptoki::mechanism::rsa::{PkcsMgfType, PkcsPssParams};
 use cryptoki::mechanism::{Mechanism, MechanismType};
 use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
@@ -27,6 +28,10 @@ const POOL_MAX: usize = 64;
 /// DER of the named-curve OIDs (CKA_EC_PARAMS).
 pub const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 pub const P384_PARAMS: &[u8] = &[0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+/// CKA_EC_PARAMS of an Ed25519 key: the OID 1.3.101.112 (RFC 8410).
+pub const ED25519_PARAMS: &[u8] = &[0x06, 0x03, 0x2b, 0x65, 0x70];
+/// The same curve named by PKCS#11 3.0's printable string `edwards25519`.
+const ED25519_NAME: &[u8] = b"\x13\x0cedwards25519";
 
 fn ck(what: &str, e: CkError) -> String {
     format!("{what}: {e}")
@@ -266,6 +271,19 @@ pub enum KeyKind {
     },
     EcP256,
     EcP384,
+    /// EdDSA on edwards25519 (`CKK_EC_EDWARDS`), signed with `CKM_EDDSA`.
+    Ed25519,
+}
+
+impl KeyKind {
+    /// The TLS signature algorithm of such a key (which TLS 1.2 suites fit it).
+    pub fn algorithm(self) -> SignatureAlgorithm {
+        match self {
+            KeyKind::Rsa { .. } => SignatureAlgorithm::RSA,
+            KeyKind::EcP256 | KeyKind::EcP384 => SignatureAlgorithm::ECDSA,
+            KeyKind::Ed25519 => SignatureAlgorithm::ED25519,
+        }
+    }
 }
 
 struct KeyInner {
@@ -331,6 +349,20 @@ impl TokenKey {
                     }
                 }
             }
+            Some(KeyType::EC_EDWARDS) => {
+                let p =
+                    token.with_session(|s| s.get_attributes(handle, &[AttributeType::EcParams]));
+                match p?.into_iter().next() {
+                    Some(Attribute::EcParams(p)) if p == ED25519_PARAMS || p == ED25519_NAME => {
+                        KeyKind::Ed25519
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{uri_text}: only Ed25519 EdDSA keys are served (not Ed448)"
+                        ))
+                    }
+                }
+            }
             other => return Err(format!("{uri_text}: unsupported key type {other:?}")),
         };
         Ok(TokenKey(Arc::new(KeyInner {
@@ -357,6 +389,7 @@ impl TokenKey {
             ],
             KeyKind::EcP256 => &[S::ECDSA_NISTP256_SHA256],
             KeyKind::EcP384 => &[S::ECDSA_NISTP384_SHA384],
+            KeyKind::Ed25519 => &[S::ED25519],
         }
     }
 
@@ -400,6 +433,11 @@ impl TokenKey {
             SignatureScheme::ECDSA_NISTP384_SHA384 => {
                 (Mechanism::Ecdsa, digest(&SHA384, message).as_ref().to_vec())
             }
+            // Pure EdDSA over the whole message; the signature is R ‖ S as TLS carries it.
+            SignatureScheme::ED25519 => (
+                Mechanism::Eddsa(EddsaParams::new(EddsaSignatureScheme::Pure)),
+                message.to_vec(),
+            ),
             other => return Err(format!("signature scheme {other:?} is not supported")),
         };
         let sig = self
@@ -461,10 +499,7 @@ impl SigningKey for TokenKey {
     }
 
     fn algorithm(&self) -> SignatureAlgorithm {
-        match self.0.kind {
-            KeyKind::Rsa { .. } => SignatureAlgorithm::RSA,
-            _ => SignatureAlgorithm::ECDSA,
-        }
+        self.0.kind.algorithm()
     }
 }
 

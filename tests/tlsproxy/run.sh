@@ -98,6 +98,24 @@ check "create -f pkcs12 (ECDSA P-256), reload: listening" wait_port "$P_EC"
 "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C web-ed -x "$HTTP" \
     127.0.0.1 "$P_ED" > "$W/create9.log" 2>&1
 check "create -f pem (Ed25519), reload: listening" wait_port "$P_ED"
+# A refused option leaves nothing behind: no key in the token, no instance in the file.
+refused_ok() {
+    local opt msg
+    for opt in "--versions 1.4|unknown TLS version" "--handshake-timeout 0|between 1 and 3600" \
+        "--idle-timeout 99999999999|at most" "--unknown-sni fallback|needs fallback_port"; do
+        msg=${opt#*|}
+        # shellcheck disable=SC2086
+        if "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C refused-key -x "$HTTP" \
+            ${opt%%|*} 127.0.0.1 "$P_IT" > "$W/refused.log" 2>&1; then
+            echo "    accepted: ${opt%%|*}"; return 1
+        fi
+        grep -q "$msg" "$W/refused.log" || { sed 's/^/    /' "$W/refused.log"; return 1; }
+    done
+    sed 's/^/    /' "$W/refused.log"
+    ! pkcs11-tool --module "$MOD" --login --pin 'tls pin' --list-objects 2>/dev/null | grep -q refused-key \
+        && ! grep -q "port = $P_IT" "$CONF"
+}
+check "create with a refused option: an error, and no key imported, no instance written" refused_ok
 
 # The keys are in the token, sensitive and never extractable.
 keys_ok() {

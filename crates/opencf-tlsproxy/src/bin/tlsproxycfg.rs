@@ -300,33 +300,6 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     let token = token.unwrap_or_else(|| DEFAULT_TOKEN.to_string());
     let mut inst = Instance::new(address, port, proxy_port, String::new());
     let label = cert_label.unwrap_or_else(|| format!("tlsproxy-{}", inst.name()));
-    let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
-    let mut wrote = None;
-    match format {
-        Format::Pkcs11 => {
-            if input.is_some() {
-                return Err("-i is for -f pem|pkcs12; -f pkcs11 takes -T and -C".into());
-            }
-            inst.cert_uri = Some(Pkcs11Uri::format(&token, &label, "cert"));
-        }
-        Format::Pem | Format::Pkcs12 => {
-            let input = input.ok_or("-f pem|pkcs12 needs -i FILE")?;
-            let pass = import_pass.as_deref().map(read_pin_file).transpose()?;
-            let kc = match format {
-                Format::Pem => load_pem(&input, pass.as_deref())?,
-                _ => load_pkcs12(&input, pass.as_deref())?,
-            };
-            let dir = absolute(&ctx.config)?.with_extension("d");
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let chain_path = dir.join(format!("{}.pem", inst.name()));
-            kc.import(&module, Some(&token), pin.clone(), &label)?;
-            std::fs::write(&chain_path, kc.chain_pem()?)
-                .map_err(|e| format!("{}: {e}", chain_path.display()))?;
-            say!("tlsproxycfg: key imported into token {token:?} as {label:?} (sensitive, not extractable)");
-            inst.cert_file = Some(chain_path.clone());
-            wrote = Some(chain_path);
-        }
-    }
     inst.key_uri = Pkcs11Uri::format(&token, &label, "private");
     inst.pin_file = pin_file;
     inst.fallback_port = fallback;
@@ -360,6 +333,42 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
             .map_err(|_| format!("--unknown-sni {u:?}: default, fallback or reject"))?;
     }
     inst.tickets = !no_tickets;
+    // Every option is checked, with the whole file, before anything is imported: a refused
+    // option must not leave a key behind in the token.
+    let chain_path = absolute(&ctx.config)?
+        .with_extension("d")
+        .join(format!("{}.pem", inst.name()));
+    match format {
+        Format::Pkcs11 => inst.cert_uri = Some(Pkcs11Uri::format(&token, &label, "cert")),
+        Format::Pem | Format::Pkcs12 => inst.cert_file = Some(chain_path.clone()),
+    }
+    let mut all = cfg.clone();
+    all.instances.push(inst.clone());
+    Config::parse(&toml::to_string(&all).map_err(|e| e.to_string())?)?;
+    let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
+    let mut wrote = None;
+    match format {
+        Format::Pkcs11 => {
+            if input.is_some() {
+                return Err("-i is for -f pem|pkcs12; -f pkcs11 takes -T and -C".into());
+            }
+        }
+        Format::Pem | Format::Pkcs12 => {
+            let input = input.ok_or("-f pem|pkcs12 needs -i FILE")?;
+            let pass = import_pass.as_deref().map(read_pin_file).transpose()?;
+            let kc = match format {
+                Format::Pem => load_pem(&input, pass.as_deref())?,
+                _ => load_pkcs12(&input, pass.as_deref())?,
+            };
+            let dir = chain_path.parent().expect("a file in a directory");
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            kc.import(&module, Some(&token), pin.clone(), &label)?;
+            std::fs::write(&chain_path, kc.chain_pem()?)
+                .map_err(|e| format!("{}: {e}", chain_path.display()))?;
+            say!("tlsproxycfg: key imported into token {token:?} as {label:?} (sensitive, not extractable)");
+            wrote = Some(chain_path);
+        }
+    }
     cfg.instances.push(inst.clone());
     // The whole file must parse and this instance's key and certificate must load.
     let checked =

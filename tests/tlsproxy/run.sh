@@ -49,11 +49,12 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 17
+pick_ports 20
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
 P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
+P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -70,6 +71,18 @@ printf 'p12 pass\n' > "$W/p12pass"
     openssl pkcs12 -export -inkey ec.key -in ec.crt -out ec.p12 -passout pass:'p12 pass'
     openssl req -x509 -newkey ed25519 -nodes -keyout ed.key -out ed.crt -subj /CN=localhost -days 2 "${san[@]}"
     cat ed.key ed.crt > ed.pem
+    # A root, an intermediate and a leaf it signs (for the chain of a token certificate).
+    ca=(basicConstraints=critical,CA:TRUE keyUsage=critical,keyCertSign,cRLSign)
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout root.key -out root.crt \
+        -subj /CN=test-root -days 2 -addext "${ca[0]}" -addext "${ca[1]}"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout inter.key -out inter.csr \
+        -subj /CN=test-intermediate
+    printf '%s\n' "${ca[@]}" > ca.ext
+    openssl x509 -req -in inter.csr -CA root.crt -CAkey root.key -CAcreateserial -out inter.crt -days 2 -extfile ca.ext
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=localhost
+    printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > leaf.ext
+    openssl x509 -req -in leaf.csr -CA inter.crt -CAkey inter.key -CAcreateserial -out leaf.crt -days 2 -extfile leaf.ext
+    cat leaf.key leaf.crt > leaf.pem
     openssl req -x509 -newkey rsa:2048 -nodes -keyout fb.key -out fb.crt -subj /CN=fallback-server -days 2
 ) >/dev/null 2>&1 || { echo "openssl could not make the test certificates"; exit 1; }
 echo "hello through opencf-tlsproxy" > "$W/www/index.html"
@@ -339,6 +352,34 @@ list_pipe_ok() { # a reader that stops after one line: no panic, exit 0
     [ "${PIPESTATUS[0]}" = 0 ] && ! grep -q panicked "$W/list-pipe.err"
 }
 check "tlsproxycfg list | head -1: exit 0, no panic" list_pipe_ok
+
+# --- a token certificate with its CA chain (-h, as ksslcfg) ------------------------------------
+# The leaf's key and certificate go into the token with a PEM file holding the leaf alone; that
+# instance serves the leaf alone. A pkcs11-format instance of the same objects with -h sends the
+# intermediate after it, and a client that trusts only the root verifies the chain.
+"${CFG[@]}" create -f pem -i "$W/leaf.pem" -p "$W/pin" -C chained -x "$HTTP" 127.0.0.1 "$P_CH1" > "$W/create10.log" 2>&1
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C chained -h "$W/inter.crt" -p "$W/pin" -x "$HTTP" \
+    127.0.0.1 "$P_CH2" > "$W/create11.log" 2>&1
+wait_port "$P_CH1" && wait_port "$P_CH2" || fail "chain instances did not start"
+chain_ok() {
+    local leaf_only with_chain
+    leaf_only=$(s_client "$P_CH1" -CAfile "$W/root.crt" -showcerts)
+    with_chain=$(s_client "$P_CH2" -CAfile "$W/root.crt" -showcerts)
+    grep "Verify return code" <<<"$leaf_only" | head -1 | sed 's/^ */    leaf alone: /'
+    grep "Verify return code" <<<"$with_chain" | head -1 | sed 's/^ */    with -h:    /'
+    grep -Eq "Verify return code: 2[01] " <<<"$leaf_only" \
+        && grep -q "Verify return code: 0 (ok)" <<<"$with_chain" \
+        && grep -q "^ 1 s:.*CN *= *test-intermediate" <<<"$with_chain"
+}
+check "create -f pkcs11 -h CHAIN: the token's leaf is sent with the intermediate, verified against the root alone" chain_ok
+h_refused_ok() {
+    local out
+    if out=$("${CFG[@]}" create -f pem -i "$W/leaf.pem" -h "$W/inter.crt" -x "$HTTP" 127.0.0.1 "$P_CH3" 2>&1); then
+        return 1
+    fi
+    grep -q "carries its own chain" <<<"$out"
+}
+check "-h with -f pem is refused (the PEM file carries the chain)" h_refused_ok
 
 # --- worker processes ---------------------------------------------------------------------------
 workers_start_ok() {

@@ -20,6 +20,7 @@
 //! unknown_sni = "default"      # or "fallback" / "reject"
 //! pin_file = "/etc/opencf/tlsproxy.pin"
 //! cert_file = "/etc/opencf/tlsproxy/8443.pem"      # or cert_uri = "pkcs11:…;type=cert"
+//! # chain_file = "/etc/opencf/ca-chain.pem"       # with cert_uri: CA certificates sent after it
 //! key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web;type=private"
 //!
 //! [[instance.sni]]
@@ -146,6 +147,9 @@ pub struct Instance {
     pub cert_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_uri: Option<String>,
+    /// With `cert_uri`: a PEM file of the CA certificates sent after the token's leaf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_file: Option<PathBuf>,
     pub key_uri: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sni: Vec<SniSite>,
@@ -159,6 +163,8 @@ pub struct SniSite {
     pub cert_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_file: Option<PathBuf>,
     pub key_uri: String,
 }
 
@@ -181,6 +187,7 @@ impl Instance {
             pin_file: None,
             cert_file: None,
             cert_uri: None,
+            chain_file: None,
             key_uri,
             sni: Vec::new(),
         }
@@ -238,10 +245,20 @@ impl Instance {
                 "instance {n}: exactly one of cert_file and cert_uri is needed"
             ));
         }
+        if self.chain_file.is_some() && self.cert_uri.is_none() {
+            return Err(format!(
+                "instance {n}: chain_file goes with cert_uri (a cert_file holds its own chain)"
+            ));
+        }
         for s in &self.sni {
             if s.cert_file.is_some() == s.cert_uri.is_some() || s.names.is_empty() {
                 return Err(format!(
                     "instance {n}: an sni entry needs names and exactly one of cert_file and cert_uri"
+                ));
+            }
+            if s.chain_file.is_some() && s.cert_uri.is_none() {
+                return Err(format!(
+                    "instance {n}: an sni entry's chain_file goes with its cert_uri"
                 ));
             }
         }
@@ -330,6 +347,7 @@ mod tests {
             names: vec!["a.example".into()],
             cert_file: None,
             cert_uri: Some("pkcs11:object=a;type=cert".into()),
+            chain_file: Some("/ca.pem".into()),
             key_uri: "pkcs11:object=a".into(),
         });
         c.instances.push(i.clone());
@@ -365,6 +383,9 @@ mod tests {
         );
         assert!(one("proxy_protocol = \"v3\"").unwrap_err().contains("v3"));
         assert!(one("idle_timeout = -1").is_err());
+        assert!(one("chain_file = \"/ca.pem\"")
+            .unwrap_err()
+            .contains("chain_file goes with cert_uri"));
         assert!(one("idle_timeout = 31536001")
             .unwrap_err()
             .contains("at most"));

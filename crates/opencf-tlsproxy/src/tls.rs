@@ -168,26 +168,42 @@ pub fn select_suites(names: Option<&[String]>) -> Result<Vec<SupportedCipherSuit
     Ok(out)
 }
 
+/// The certificates of a PEM file, in order; at least one.
+fn pem_certs(f: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(f)
+        .map_err(|e| format!("{}: {e}", f.display()))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", f.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate", f.display()));
+    }
+    Ok(certs)
+}
+
+/// Where a site's certificate chain comes from: a PEM file (the chain, leaf first), or the
+/// leaf in the token followed by the CA certificates of `chain` (`chain_file`).
+struct CertSource<'a> {
+    file: Option<&'a Path>,
+    uri: Option<&'a str>,
+    chain: Option<&'a Path>,
+}
+
 fn load_certs(
     module: &Module,
-    file: Option<&Path>,
-    uri: Option<&str>,
+    src: &CertSource,
     pin_file: Option<&Path>,
 ) -> Result<Vec<CertificateDer<'static>>> {
-    if let Some(f) = file {
-        let certs: Vec<_> = CertificateDer::pem_file_iter(f)
-            .map_err(|e| format!("{}: {e}", f.display()))?
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| format!("{}: {e}", f.display()))?;
-        if certs.is_empty() {
-            return Err(format!("{}: no certificate", f.display()));
-        }
-        return Ok(certs);
+    if let Some(f) = src.file {
+        return pem_certs(f);
     }
-    let text = uri.ok_or("no certificate configured")?;
+    let text = src.uri.ok_or("no certificate configured")?;
     let u = Pkcs11Uri::parse(text)?;
     let token = module.token(u.token.as_deref(), pin_for(&u, pin_file)?)?;
-    Ok(vec![token.certificate(&u)?])
+    let mut certs = vec![token.certificate(&u)?];
+    if let Some(c) = src.chain {
+        certs.extend(pem_certs(c)?);
+    }
+    Ok(certs)
 }
 
 /// DNS names of a certificate: its subjectAltName DNS entries, else its subject CN; lower case.
@@ -269,8 +285,11 @@ impl InstanceTls {
         let pin_file = inst.pin_file.as_deref();
         let mut specs = vec![(
             Vec::new(),
-            inst.cert_file.as_deref(),
-            inst.cert_uri.as_deref(),
+            CertSource {
+                file: inst.cert_file.as_deref(),
+                uri: inst.cert_uri.as_deref(),
+                chain: inst.chain_file.as_deref(),
+            },
             inst.key_uri.as_str(),
         )];
         for s in &inst.sni {
@@ -281,16 +300,19 @@ impl InstanceTls {
                 .collect();
             specs.push((
                 names,
-                s.cert_file.as_deref(),
-                s.cert_uri.as_deref(),
+                CertSource {
+                    file: s.cert_file.as_deref(),
+                    uri: s.cert_uri.as_deref(),
+                    chain: s.chain_file.as_deref(),
+                },
                 s.key_uri.as_str(),
             ));
         }
         let mut sites = Vec::new();
-        for (names, cert_file, cert_uri, key_uri) in specs {
+        for (names, source, key_uri) in specs {
             let ctx = |e: String| format!("instance {n}: {e}");
             let key = TokenKey::open(module, key_uri, pin_file).map_err(ctx)?;
-            let certs = load_certs(module, cert_file, cert_uri, pin_file).map_err(ctx)?;
+            let certs = load_certs(module, &source, pin_file).map_err(ctx)?;
             let kind = key.kind();
             // The default certificate answers for the DNS names it carries.
             let names = if names.is_empty() {

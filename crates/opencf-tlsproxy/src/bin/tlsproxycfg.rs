@@ -45,6 +45,8 @@ enum Format {
 #[derive(Subcommand)]
 enum Cmd {
     /// Create an instance: TLS on [ADDRESS] PORT, clear text to 127.0.0.1:PROXY_PORT.
+    // -h is the CA chain file, as in ksslcfg; help is --help only.
+    #[command(disable_help_flag = true)]
     Create {
         /// Where the key and certificate come from.
         #[arg(short = 'f', value_enum)]
@@ -59,6 +61,10 @@ enum Cmd {
         /// the imported ones (default tlsproxy-NAME).
         #[arg(short = 'C')]
         cert_label: Option<String>,
+        /// PEM file of the CA certificates sent after the token's certificate (-f pkcs11; a
+        /// PEM or PKCS#12 file carries its own chain).
+        #[arg(short = 'h', long = "chain")]
+        chain: Option<PathBuf>,
         /// Clear-text port of the application on 127.0.0.1.
         #[arg(short = 'x')]
         proxy_port: u16,
@@ -106,6 +112,9 @@ enum Cmd {
         /// [ADDRESS] PORT
         #[arg(num_args = 1..=2, required = true)]
         target: Vec<String>,
+        /// Print help.
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
     },
     /// Delete an instance (its key stays in the token).
     Delete {
@@ -271,6 +280,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         input,
         token,
         cert_label,
+        chain,
         proxy_port,
         suites,
         timeout,
@@ -286,6 +296,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         unknown_sni,
         start,
         target: t,
+        help: _,
     } = cmd
     else {
         unreachable!()
@@ -339,7 +350,13 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         .with_extension("d")
         .join(format!("{}.pem", inst.name()));
     match format {
-        Format::Pkcs11 => inst.cert_uri = Some(Pkcs11Uri::format(&token, &label, "cert")),
+        Format::Pkcs11 => {
+            inst.cert_uri = Some(Pkcs11Uri::format(&token, &label, "cert"));
+            inst.chain_file = chain.as_deref().map(absolute).transpose()?;
+        }
+        Format::Pem | Format::Pkcs12 if chain.is_some() => {
+            return Err("-h is for -f pkcs11; a PEM or PKCS#12 file carries its own chain".into())
+        }
         Format::Pem | Format::Pkcs12 => inst.cert_file = Some(chain_path.clone()),
     }
     let mut all = cfg.clone();

@@ -180,7 +180,7 @@ fn engine_op(
     match sched.run(ticket, key, &pend) {
         Err(_) => Err(CKR_DEVICE_MEMORY),
         Ok(None) => Err(CKR_DEVICE_ERROR),
-        Ok(Some([m1, m2])) => key.finish(sched.kind(), &pend, &m1, &m2),
+        Ok(Some(halves)) => key.finish(&pend, halves),
     }
 }
 

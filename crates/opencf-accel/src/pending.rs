@@ -97,7 +97,7 @@ impl AsyncOp {
             Work::Ecdsa(req) => return gather.poll(kind, req).map(|r| r.map(Zeroizing::new)),
         };
         let halves = op.sub.poll()?;
-        let raw = halves.and_then(|[m1, m2]| op.key.finish(kind, &op.pend, &m1, &m2).ok());
+        let raw = halves.and_then(|h| op.key.finish(&op.pend, h).ok());
         Some(match (&op.then, raw) {
             (Then::Sign, Some(s)) => Ok(s),
             (Then::Sign, None) => op.key.private_openssl(&op.input),

@@ -112,13 +112,69 @@ pub struct RsaKey {
 
 /// An operation between [`RsaKey::begin`] and [`RsaKey::finish`].
 pub struct Pending {
-    /// The blinded input `c·A mod n`.
-    blinded: Zeroizing<Vec<u64>>,
     ai: Zeroizing<Vec<u64>>,
     /// The engine's base for `p`.
     pub base_p: Zeroizing<Vec<u64>>,
     /// The engine's base for `q`.
     pub base_q: Zeroizing<Vec<u64>>,
+    /// The blinded input modulo `p` and modulo `q` (52-bit limbs): what each half raised to
+    /// `e` must give back ([`check_halves`]).
+    pub expect: [Zeroizing<Vec<u64>>; 2],
+}
+
+/// A half-exponentiation's result (`c'^dP mod p` or `c'^dQ mod q`, 52-bit limbs) that passed
+/// the public-exponent check of [`check_halves`]: the only form in which [`RsaKey::finish`]
+/// takes one.
+pub struct CheckedHalf(Zeroizing<Vec<u64>>);
+
+#[cfg(test)]
+impl CheckedHalf {
+    /// A stand-in for the scheduler's own tests, which move halves without checking them.
+    pub(crate) fn unchecked(v: Vec<u64>) -> CheckedHalf {
+        CheckedHalf(Zeroizing::new(v))
+    }
+
+    pub(crate) fn limbs(&self) -> &[u64] {
+        &self.0
+    }
+}
+
+/// One half's result to check: of `key`'s prime `which` (0: `p`, 1: `q`), against `expect`
+/// (the request's [`Pending::expect`] for that prime).
+pub struct HalfResult<'a> {
+    /// The key.
+    pub key: &'a RsaKey,
+    /// 0: the `p` half, 1: the `q` half.
+    pub which: usize,
+    /// `c' mod` the prime, 52-bit limbs.
+    pub expect: &'a [u64],
+    /// The engine's result, 52-bit limbs.
+    pub result: Zeroizing<Vec<u64>>,
+}
+
+/// Checks half results with the public exponent, eight lanes a pass of the lane engine
+/// (whatever requests and keys they belong to): `m = c'^d mod p` must satisfy `m^e mod p =
+/// c' mod p`, since `e·d ≡ 1 (mod p − 1)`. A half that fails (a fault in the engine) is
+/// `None` and is never released. The exponent is public, the pass and the comparison are
+/// constant time in the secret values. Together with the recombination check of
+/// [`RsaKey::finish`] this is the check OpenSSL applies to its own CRT result (`s^e mod n =
+/// c'`), split so that a worker checks the halves of a whole pass at once: one pass of the
+/// public exponent per eight halves instead of one per request.
+pub fn check_halves(kind: Kind, halves: Vec<HalfResult<'_>>) -> Vec<Option<CheckedHalf>> {
+    let jobs: Vec<PublicJob> = halves
+        .iter()
+        .map(|h| PublicJob {
+            prime: if h.which == 0 { &h.key.p } else { &h.key.q },
+            x: &h.result,
+            e: h.key.e,
+        })
+        .collect();
+    let powers = engine::public_exps(kind, &jobs);
+    halves
+        .into_iter()
+        .zip(powers)
+        .map(|(h, v)| ct::equal(&v, h.expect).then_some(CheckedHalf(h.result)))
+        .collect()
 }
 
 fn bn(b: &[u8]) -> CkResult<BigNum> {
@@ -372,24 +428,47 @@ impl RsaKey {
         Ok(Pending {
             base_p: self.p.base(&blinded),
             base_q: self.q.base(&blinded),
-            blinded,
+            expect: [
+                self.p.limbs52(&self.pm.reduce_wide(&blinded)),
+                self.q.limbs52(&self.qm.reduce_wide(&blinded)),
+            ],
             ai,
         })
     }
 
-    /// Recombines the halves `m1 = c'^dP mod p`, `m2 = c'^dQ mod q` (52-bit limbs), checks
-    /// the result with the public exponent and unblinds it. A result that does not check
-    /// (a fault in the engine) is `CKR_DEVICE_ERROR` and is never released.
-    pub fn finish(
+    /// Checks the two halves of one request ([`check_halves`]); `None` when either fails.
+    pub fn check(
         &self,
         kind: Kind,
         pend: &Pending,
-        m1: &[u64],
-        m2: &[u64],
+        [m1, m2]: [Zeroizing<Vec<u64>>; 2],
+    ) -> Option<[CheckedHalf; 2]> {
+        let halves = [m1, m2]
+            .into_iter()
+            .enumerate()
+            .map(|(which, result)| HalfResult {
+                key: self,
+                which,
+                expect: &pend.expect[which],
+                result,
+            })
+            .collect();
+        let [a, b]: [Option<CheckedHalf>; 2] = check_halves(kind, halves).try_into().ok()?;
+        Some([a?, b?])
+    }
+
+    /// Recombines the checked halves `m1 = c'^dP mod p`, `m2 = c'^dQ mod q`, checks the
+    /// recombination (`s mod p = m1`, `s mod q = m2`: with the halves' own check, `s^e mod n =
+    /// c'`) and unblinds it. A result that does not check (a fault) is `CKR_DEVICE_ERROR` and
+    /// is never released.
+    pub fn finish(
+        &self,
+        pend: &Pending,
+        [m1, m2]: [CheckedHalf; 2],
     ) -> CkResult<Zeroizing<Vec<u8>>> {
         let hp = self.pm.limbs();
-        let m1 = Zeroizing::new(repack(m1, 52, 64, hp));
-        let m2 = Zeroizing::new(repack(m2, 52, 64, hp));
+        let m1 = Zeroizing::new(repack(&m1.0, 52, 64, hp));
+        let m2 = Zeroizing::new(repack(&m2.0, 52, 64, hp));
         // m2 mod p: q < 2p (equal sizes), so one conditional subtraction.
         let m2p = self.pm.sub_if_ge(&m2, 0);
         // (m1 − m2) mod p.
@@ -412,43 +491,14 @@ impl RsaKey {
         m2x[..hp].copy_from_slice(&m2);
         let mut sum = Zeroizing::new(vec![0u64; 2 * hp]);
         ct::add(&m, &m2x, &mut sum);
-        if !self.checks(kind, &sum, &pend.blinded) {
+        // The halves are fully reduced (below their primes).
+        let recombined =
+            ct::equal(&self.pm.reduce_wide(&sum), &m1) & ct::equal(&self.qm.reduce_wide(&sum), &m2);
+        if !recombined {
             return Err(CKR_DEVICE_ERROR);
         }
         let out = self.nm.mul(&sum, &pend.ai);
         Ok(Zeroizing::new(be_from_words(&out, self.k)))
-    }
-
-    /// Whether `s^e mod n = x` (the check of a result before it is released), decided
-    /// modulo `p` and modulo `q` (by the CRT, the same thing): `(s mod p)^e mod p` against
-    /// `x mod p`, and the same for `q`. Both values are blinded (`s = x^d`, `x = c·A`) and
-    /// the exponent is public: this is the check OpenSSL applies to its own CRT result,
-    /// computed from the recombined `s`, so a fault anywhere before it (either half, the
-    /// recombination) shows. The reductions are constant time ([`Mont::reduce_wide`]); the two
-    /// exponentiations share one pass of the lane engine (square-and-multiply over the bits
-    /// of `e`, constant time in the base and the prime), about 60% of the cost of OpenSSL's
-    /// public operation modulo `n`, which the check used before. The lane engine's result
-    /// is checked by the lane engine, but by a different computation (a public exponent on
-    /// `s`, against the secret exponents that made it), so a wrong `s` does not pass.
-    fn checks(&self, kind: Kind, s: &[u64], x: &[u64]) -> bool {
-        let sp = self.p.limbs52(&self.pm.reduce_wide(s));
-        let sq = self.q.limbs52(&self.qm.reduce_wide(s));
-        let jobs = [
-            PublicJob {
-                prime: &self.p,
-                x: &sp,
-                e: self.e,
-            },
-            PublicJob {
-                prime: &self.q,
-                x: &sq,
-                e: self.e,
-            },
-        ];
-        let r = engine::public_exps(kind, &jobs);
-        let xp = self.p.limbs52(&self.pm.reduce_wide(x));
-        let xq = self.q.limbs52(&self.qm.reduce_wide(x));
-        ct::equal(&r[0], &xp) & ct::equal(&r[1], &xq)
     }
 
     /// `x^e mod n` of `x` (`k` big-endian bytes, below `n`), `k` bytes: OpenSSL's raw public
@@ -467,8 +517,11 @@ impl RsaKey {
     /// The raw private operation `c^d mod n` on `kind`, without the scheduler.
     pub fn private_raw(&self, kind: Kind, c: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
         let pend = self.begin(c)?;
-        let r = engine::half_exps(kind, &self.jobs(&pend));
-        self.finish(kind, &pend, &r[0], &r[1])
+        let [m1, m2]: [Zeroizing<Vec<u64>>; 2] = engine::half_exps(kind, &self.jobs(&pend))
+            .try_into()
+            .map_err(|_| CKR_DEVICE_ERROR)?;
+        let halves = self.check(kind, &pend, [m1, m2]).ok_or(CKR_DEVICE_ERROR)?;
+        self.finish(&pend, halves)
     }
 
     /// The two half-exponentiations of an operation begun with [`RsaKey::begin`].

@@ -18,7 +18,7 @@
 
 use crate::engine::{self, Job, Kind, LANES};
 use crate::fault::{self, Fault};
-use crate::rsa::{Pending, RsaKey};
+use crate::rsa::{self, CheckedHalf, HalfResult, Pending, RsaKey};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -44,6 +44,8 @@ struct Half {
     /// 0: the `p` half, 1: the `q` half.
     which: usize,
     base: Zeroizing<Vec<u64>>,
+    /// What the result raised to `e` must be ([`rsa::check_halves`]).
+    expect: Zeroizing<Vec<u64>>,
     reply: Replier,
 }
 
@@ -57,7 +59,7 @@ struct Reply {
 
 #[derive(Default)]
 struct Settled {
-    halves: [Option<Zeroizing<Vec<u64>>>; 2],
+    halves: [Option<CheckedHalf>; 2],
     /// Halves answered or lost.
     count: usize,
     /// A half was dropped unanswered (its pass panicked, or the scheduler stopped).
@@ -66,7 +68,7 @@ struct Settled {
 
 impl Settled {
     /// Both halves, once settled; `None` when one was lost.
-    fn take(&mut self) -> Option<[Zeroizing<Vec<u64>>; 2]> {
+    fn take(&mut self) -> Option<[CheckedHalf; 2]> {
         if self.lost {
             return None;
         }
@@ -85,7 +87,7 @@ pub struct Submitted {
 impl Submitted {
     /// `None` while a pass still runs a half; then the two halves, or `Some(None)` when one
     /// was lost (its pass panicked). Never blocks.
-    pub fn poll(&self) -> Option<Option<[Zeroizing<Vec<u64>>; 2]>> {
+    pub fn poll(&self) -> Option<Option<[CheckedHalf; 2]>> {
         let mut s = self.reply.state.lock().unwrap_or_else(|e| e.into_inner());
         (s.count == 2).then(|| s.take())
     }
@@ -100,11 +102,11 @@ struct Replier {
 }
 
 impl Replier {
-    fn send(mut self, result: Zeroizing<Vec<u64>>) {
+    fn send(mut self, result: CheckedHalf) {
         self.settle(Some(result));
     }
 
-    fn settle(&mut self, result: Option<Zeroizing<Vec<u64>>>) {
+    fn settle(&mut self, result: Option<CheckedHalf>) {
         self.settled = true;
         let mut s = self.reply.state.lock().unwrap_or_else(|e| e.into_inner());
         match result {
@@ -384,7 +386,7 @@ impl Scheduler {
         ticket: &Ticket<'_>,
         key: &Arc<RsaKey>,
         pend: &Pending,
-    ) -> Result<Option<[Zeroizing<Vec<u64>>; 2]>, Busy> {
+    ) -> Result<Option<[CheckedHalf; 2]>, Busy> {
         let reply = self.queue(ticket, key, pend)?;
         let mut s = reply.state.lock().unwrap_or_else(|e| e.into_inner());
         while s.count < 2 {
@@ -427,6 +429,7 @@ impl Scheduler {
                     key: key.clone(),
                     which,
                     base: base.clone(),
+                    expect: pend.expect[which].clone(),
                     reply: Replier {
                         reply: reply.clone(),
                         which,
@@ -673,19 +676,35 @@ impl Worker {
                     base: &h.base,
                 })
                 .collect();
-            engine::half_exps(kind, &jobs)
+            let mut results = engine::half_exps(kind, &jobs);
+            if fault::current() == Fault::EngineError {
+                // The fault switch: a flipped bit in every result, which the check must catch.
+                for r in &mut results {
+                    r[0] ^= 1;
+                }
+            }
+            // Every half of the pass checked with the public exponent in one more pass.
+            let halves = batch
+                .iter()
+                .zip(results)
+                .map(|(h, result)| HalfResult {
+                    key: &h.key,
+                    which: h.which,
+                    expect: &h.expect,
+                    result,
+                })
+                .collect();
+            rsa::check_halves(kind, halves)
         }));
         stats.passes.fetch_add(1, Ordering::Relaxed);
         stats.halves.fetch_add(batch.len(), Ordering::Relaxed);
-        // A panic drops the repliers unanswered: the callers see an engine error.
-        if let Ok(results) = results {
-            let corrupt = fault::current() == Fault::EngineError;
-            for (h, mut r) in batch.into_iter().zip(results) {
-                if corrupt {
-                    // The fault switch: a flipped bit, which the public-key check must catch.
-                    r[0] ^= 1;
+        // A panic drops the repliers unanswered, and so does a half that failed its check:
+        // the callers see an engine error, and the result is never released.
+        if let Ok(checked) = results {
+            for (h, c) in batch.into_iter().zip(checked) {
+                if let Some(c) = c {
+                    h.reply.send(c);
                 }
-                h.reply.send(r);
             }
         }
     }
@@ -742,7 +761,7 @@ mod tests {
         };
         let (p, q) = (half(0), half(1));
         let worker = std::thread::spawn(move || {
-            p.send(Zeroizing::new(vec![7]));
+            p.send(CheckedHalf::unchecked(vec![7]));
             // The `q` half never answered (as when its pass panics).
             drop(q);
         });
@@ -751,10 +770,7 @@ mod tests {
             s = reply.done.wait(s).unwrap();
         }
         assert!(s.lost, "the dropped half is lost");
-        assert_eq!(
-            s.halves[0].as_deref().map(|v| v.as_slice()),
-            Some(&[7u64][..])
-        );
+        assert_eq!(s.halves[0].as_ref().map(|v| v.limbs()), Some(&[7u64][..]));
         assert!(s.halves[1].is_none());
         drop(s);
         worker.join().unwrap();

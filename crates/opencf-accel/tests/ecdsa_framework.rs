@@ -24,12 +24,7 @@ use std::path::Path;
 
 /// `CKM_ECDSA` operations of `provider`.
 fn ecdsa_ops(dir: &Path, provider: &str) -> u64 {
-    let snap = opencf_stat::read(dir).expect("read the counters");
-    snap.mechanisms
-        .iter()
-        .filter(|(k, _)| k.provider == provider && k.mechanism == CKM_ECDSA)
-        .map(|(_, v)| v.ops)
-        .sum()
+    common::raw::mechanism_ops(dir, provider, CKM_ECDSA)
 }
 
 fn flag(kind: CK_ATTRIBUTE_TYPE, v: bool) -> Attribute {

@@ -77,12 +77,7 @@ const GCM_MIN: usize = 1 << 20;
 
 /// `CKM_AES_GCM` operations of `provider`.
 fn gcm_ops(dir: &Path, provider: &str) -> u64 {
-    let snap = opencf_stat::read(dir).expect("read the counters");
-    snap.mechanisms
-        .iter()
-        .filter(|(k, _)| k.provider == provider && k.mechanism == CKM_AES_GCM)
-        .map(|(_, v)| v.ops)
-        .sum()
+    common::raw::mechanism_ops(dir, provider, CKM_AES_GCM)
 }
 
 /// AES-GCM through slot 0: `C_Encrypt` of `len` bytes with a session AES key created through

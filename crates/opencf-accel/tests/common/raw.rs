@@ -141,6 +141,16 @@ pub fn framework(tag: &str, metaslot: &str) -> (Provider, std::path::PathBuf) {
     (p, stat)
 }
 
+/// Operations of `mechanism` on `provider` in the counters of `dir` (`cryptoadm stat`).
+pub fn mechanism_ops(dir: &std::path::Path, provider: &str, mechanism: CK_MECHANISM_TYPE) -> u64 {
+    let snap = opencf_stat::read(dir).expect("read the counters");
+    snap.mechanisms
+        .iter()
+        .filter(|(k, _)| k.provider == provider && k.mechanism == mechanism)
+        .map(|(_, v)| v.ops)
+        .sum()
+}
+
 /// `libopencf_accel.so` loaded as the framework loads providers, initialized once per test
 /// process.
 pub fn provider() -> &'static Provider {

@@ -72,13 +72,18 @@ fn measure(samples: usize, mut pass: impl FnMut(bool) -> f64) -> f64 {
     welch(&a, &b)
 }
 
+/// Samples per class: `OPENCF_ACCEL_CT_SAMPLES`, default 4000.
+fn samples() -> usize {
+    std::env::var("OPENCF_ACCEL_CT_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4000)
+}
+
 #[test]
 #[ignore = "timing measurement; run by hand (docs/ACCEL.md)"]
 fn engine_is_constant_time() {
-    let samples: usize = std::env::var("OPENCF_ACCEL_CT_SAMPLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000);
+    let samples = samples();
     let kind = kind();
     let mut p = BigNum::new().unwrap();
     p.generate_prime(1024, false, None, None).unwrap();
@@ -127,11 +132,7 @@ fn engine_is_constant_time() {
 #[test]
 #[ignore = "timing measurement; run by hand (docs/ACCEL.md)"]
 fn ecdsa_engine_is_constant_time() {
-    let samples: usize = std::env::var("OPENCF_ACCEL_CT_SAMPLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000)
-        * 4;
+    let samples = samples() * 4;
     let kind = kind();
     let one = BigNum::from_u32(1).unwrap();
     // Both classes do the same work before each timed pass (a random nonce drawn, a random

@@ -359,9 +359,8 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         }
         Format::Pem | Format::Pkcs12 => inst.cert_file = Some(chain_path.clone()),
     }
-    let mut all = cfg.clone();
-    all.instances.push(inst.clone());
-    Config::parse(&toml::to_string(&all).map_err(|e| e.to_string())?)?;
+    cfg.instances.push(inst.clone());
+    Config::parse(&toml::to_string(&cfg).map_err(|e| e.to_string())?)?;
     let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
     let mut wrote = None;
     match format {
@@ -386,13 +385,11 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
             wrote = Some(chain_path);
         }
     }
-    cfg.instances.push(inst.clone());
-    // The whole file must parse and this instance's key and certificate must load.
-    let checked =
-        Config::parse(&toml::to_string(&cfg).map_err(|e| e.to_string())?).and_then(|_| {
-            let res = Resumption::new(&inst, &TicketSecret::random()?);
-            InstanceTls::build(&module, &inst, &res).map(|_| ())
-        });
+    // This instance's key and certificate must load.
+    let checked = TicketSecret::random().and_then(|secret| {
+        let res = Resumption::new(&inst, &secret);
+        InstanceTls::build(&module, &inst, &res).map(|_| ())
+    });
     if let Err(e) = checked {
         if let Some(w) = wrote {
             let _ = std::fs::remove_file(w);

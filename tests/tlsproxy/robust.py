@@ -295,6 +295,29 @@ async def idle(port, n, cafile, pid, during_cmd):
     return len(ok) == n and good == n and fresh_ok and cmd_ok and after_ok
 
 
+def tls_to(port, cafile):
+    """A TLS connection to the proxy on `port`, trusting `cafile`, ragged EOFs reported."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    s = socket.create_connection((HOST, port), timeout=10)
+    return ctx.wrap_socket(s, server_hostname="localhost", suppress_ragged_eofs=False)
+
+
+def echoes(t, msg=b"ping\n"):
+    """Whether `msg` comes back whole on `t` (an echo service behind the proxy)."""
+    try:
+        t.settimeout(10)
+        t.sendall(msg)
+        got = b""
+        while len(got) < len(msg):
+            chunk = t.recv(len(msg) - len(got))
+            if not chunk:
+                return False
+            got += chunk
+        return got == msg
+    except (OSError, ssl.SSLError):
+        return False
+
+
 def end_of(t, wait=5.0):
     """How the proxy ended a TLS connection: `close_notify`, `FIN` (TCP close without
     close_notify), `reset`, `hang` (nothing within `wait` seconds), or `data`."""
@@ -325,27 +348,11 @@ def backend(port, back_port, other_port, cafile):
     mid-connection, or resets one connection: that client's TLS connection ends cleanly
     (close_notify, or a TCP close), quickly; the other clients, and the instance on OTHER_PORT
     (another application), keep working."""
-    ctx = ssl.create_default_context(cafile=cafile)
     clean = ("close_notify", "FIN")
     results = []
 
     def tls(p):
-        s = socket.create_connection((HOST, p), timeout=10)
-        return ctx.wrap_socket(s, server_hostname="localhost", suppress_ragged_eofs=False)
-
-    def echoes(t, msg=b"ping\n"):
-        try:
-            t.settimeout(10)
-            t.sendall(msg)
-            got = b""
-            while len(got) < len(msg):
-                chunk = t.recv(len(msg) - len(got))
-                if not chunk:
-                    return False
-                got += chunk
-            return got == msg
-        except (OSError, ssl.SSLError):
-            return False
+        return tls_to(p, cafile)
 
     def expect(name, ok, detail=""):
         results.append(ok)
@@ -487,18 +494,7 @@ def proxyproto(port, cafile, back_port, version):
 
 def idletimeout(port, cafile, seconds):
     """An idle relay is closed after `seconds`; one kept busy is not."""
-    ctx = ssl.create_default_context(cafile=cafile)
-
-    def tls():
-        s = socket.create_connection((HOST, port), timeout=10)
-        return ctx.wrap_socket(s, server_hostname="localhost", suppress_ragged_eofs=False)
-
-    def echoes(t, msg=b"ping\n"):
-        t.settimeout(5)
-        t.sendall(msg)
-        return read_exactly(t, len(msg)) == msg
-
-    idle, busy = tls(), tls()
+    idle, busy = tls_to(port, cafile), tls_to(port, cafile)
     ok = echoes(idle) and echoes(busy)
     start = time.monotonic()
     # The busy one: a line every seconds/2 for 2·seconds, each echoed.
@@ -510,7 +506,7 @@ def idletimeout(port, cafile, seconds):
     kind, _ = end_of(idle, wait=seconds + 3)
     idle_ok = kind in ("close_notify", "FIN")
     # A fresh idle connection: closed after `seconds`, not before.
-    fresh = tls()
+    fresh = tls_to(port, cafile)
     echoes(fresh)
     t0 = time.monotonic()
     kind2, took = end_of(fresh, wait=seconds + 3)

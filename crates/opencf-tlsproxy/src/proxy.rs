@@ -26,7 +26,6 @@ use rustls::server::Acceptor;
 use rustls::ServerConfig;
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -221,8 +220,6 @@ pub async fn handle(mut stream: TcpStream, st: Arc<State>) {
     let _active = Active::new();
     let s = stats::get();
     let _ = stream.set_nodelay(true);
-    // The client's address and the one it reached, for a PROXY protocol header.
-    let addrs = stream.peer_addr().ok().zip(stream.local_addr().ok());
     let deadline = Instant::now() + Duration::from_secs(st.inst.handshake_timeout);
     let mut buf = Vec::with_capacity(1024);
     let hello = loop {
@@ -260,7 +257,7 @@ pub async fn handle(mut stream: TcpStream, st: Arc<State>) {
                 fallback(stream, &buf, port, &st.inst).await;
             }
         }
-        Decision::Serve(cfg) => serve(stream, &buf, cfg, &st.inst, deadline, addrs).await,
+        Decision::Serve(cfg) => serve(stream, &buf, cfg, &st.inst, deadline).await,
     }
 }
 
@@ -356,9 +353,13 @@ async fn serve(
     cfg: Arc<ServerConfig>,
     inst: &Instance,
     deadline: Instant,
-    addrs: Option<(SocketAddr, SocketAddr)>,
 ) {
     let s = stats::get();
+    // The client's address and the one it reached, for a PROXY protocol header (read only
+    // where one is sent: two system calls per connection).
+    let addrs = inst
+        .proxy_protocol
+        .and_then(|_| stream.peer_addr().ok().zip(stream.local_addr().ok()));
     let mut acceptor = Acceptor::default();
     let mut rd = first;
     while !rd.is_empty() {

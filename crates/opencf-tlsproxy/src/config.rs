@@ -77,14 +77,25 @@ pub const MAX_HANDSHAKE_TIMEOUT: u64 = 3600;
 /// The longest `idle_timeout` (a year).
 pub const MAX_IDLE_TIMEOUT: u64 = 365 * 86400;
 
-/// The PROXY protocol header sent to the clear-text service (see [`crate::proxy_header`]).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+/// The PROXY protocol header sent to the clear-text service (see [`crate::proxy_header`]);
+/// also `tlsproxycfg create --proxy-protocol`'s values.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocol {
     /// The text line of version 1.
     V1,
     /// The binary header of version 2.
     V2,
+}
+
+impl ProxyProtocol {
+    /// `v1` or `v2`, as the file and the command line spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyProtocol::V1 => "v1",
+            ProxyProtocol::V2 => "v2",
+        }
+    }
 }
 
 fn default_versions() -> Vec<String> {

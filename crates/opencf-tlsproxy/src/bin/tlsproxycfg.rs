@@ -28,12 +28,6 @@ struct Args {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum ProxyProtocolArg {
-    V1,
-    V2,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
 enum Format {
     Pem,
     Pkcs12,
@@ -99,7 +93,7 @@ enum Cmd {
         /// Send a PROXY protocol header (v1 or v2) with the client's address to the
         /// clear-text service before the relayed bytes.
         #[arg(long, value_enum)]
-        proxy_protocol: Option<ProxyProtocolArg>,
+        proxy_protocol: Option<ProxyProtocol>,
         /// Disable session tickets.
         #[arg(long)]
         no_tickets: bool,
@@ -334,10 +328,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     if let Some(i) = idle_timeout {
         inst.idle_timeout = i;
     }
-    inst.proxy_protocol = proxy_protocol.map(|p| match p {
-        ProxyProtocolArg::V1 => ProxyProtocol::V1,
-        ProxyProtocolArg::V2 => ProxyProtocol::V2,
-    });
+    inst.proxy_protocol = proxy_protocol;
     if let Some(u) = unknown_sni {
         inst.unknown_sni = toml::Value::String(u.clone())
             .try_into()
@@ -452,8 +443,7 @@ fn list(ctx: &Ctx) -> Result<(), String> {
             i.port,
             match i.proxy_protocol {
                 None => i.proxy_port.to_string(),
-                Some(ProxyProtocol::V1) => format!("{}/v1", i.proxy_port),
-                Some(ProxyProtocol::V2) => format!("{}/v2", i.proxy_port),
+                Some(v) => format!("{}/{}", i.proxy_port, v.name()),
             },
             i.fallback_port.map_or("-".to_string(), |p| p.to_string()),
             i.versions.join(","),

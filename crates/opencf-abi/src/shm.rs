@@ -4,6 +4,7 @@
 //!
 //! ```no_run
 //! use std::sync::atomic::Ordering;
+//! // A new file: `create` never opens an existing one.
 //! let cells = opencf_abi::shm::SharedCells::create("/dev/shm/example".as_ref(), 16)?;
 //! cells.cells()[0].fetch_add(1, Ordering::Relaxed);
 //! let view = opencf_abi::shm::SharedCells::open("/dev/shm/example".as_ref())?;
@@ -42,15 +43,16 @@ unsafe impl Send for SharedCells {}
 unsafe impl Sync for SharedCells {}
 
 impl SharedCells {
-    /// Creates (or truncates) `path` with mode 0600, sizes it to `cells` zeroed cells and maps it
-    /// shared and writable. A symbolic link at `path` is refused (`O_NOFOLLOW`).
+    /// Creates `path` with mode 0600, sizes it to `cells` zeroed cells and maps it shared and
+    /// writable. The file must not exist yet (`AlreadyExists`): a file that may be mapped
+    /// elsewhere, even in this process, is never truncated under its writer. A symbolic link
+    /// at `path` is refused.
     pub fn create(path: &Path, cells: usize) -> io::Result<SharedCells> {
         let bytes = byte_len(cells)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
@@ -174,6 +176,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("opencf-shm-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("cells");
+        let _ = std::fs::remove_file(&path);
         let w = SharedCells::create(&path, 4).unwrap();
         assert_eq!(w.len(), 4);
         assert!(!w.is_empty());
@@ -187,6 +190,10 @@ mod tests {
         r.cells()[0].store(7, Ordering::Relaxed);
         assert_eq!(w.cells()[0].load(Ordering::Relaxed), 0);
         assert!(SharedCells::create(&path, 0).is_err());
+        // An existing file is never created over: its writer keeps its cells.
+        let again = SharedCells::create(&path, 4).err().map(|e| e.kind());
+        assert_eq!(again, Some(io::ErrorKind::AlreadyExists));
+        assert_eq!(w.cells()[3].load(Ordering::Relaxed), 43);
         drop(w);
         drop(r);
         std::fs::write(&path, b"odd").unwrap();

@@ -557,15 +557,36 @@ fn entry_at(
     (entry, c)
 }
 
-/// Creates and initializes this process's segment in `dir`.
+/// The most registries (copies of this library) one process can count with; a further
+/// one counts nothing.
+const MAX_COPIES: usize = 16;
+
+/// Creates and initializes this process's segment in `dir` (of this copy of the library).
 fn create_segment(dir: &Path) -> io::Result<(SharedCells, PathBuf)> {
     prepare_dir(dir)?;
     let _ = reader::collect(dir);
     let start =
         process_start("self").ok_or_else(|| io::Error::other("cannot read /proc/self/stat"))?;
     let pid = std::process::id();
-    let path = dir.join(format!("{pid}-{start}.seg"));
-    let seg = SharedCells::create(&path, TOTAL_CELLS)?;
+    // One segment per copy of this library in the process: a program that links it and loads
+    // `libopencf.so` (opencf-tlsproxy), or two copies of `libopencf.so`, has one registry per
+    // copy, each with its own allocation of entries. The first takes `<pid>-<start>.seg`, the
+    // next ones `<pid>-<start>-<n>.seg`; an existing file is never created over.
+    let (seg, path) = (0..MAX_COPIES)
+        .map(|n| match n {
+            0 => dir.join(format!("{pid}-{start}.seg")),
+            n => dir.join(format!("{pid}-{start}-{n}.seg")),
+        })
+        .find_map(|path| match SharedCells::create(&path, TOTAL_CELLS) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => None,
+            r => Some(r.map(|seg| (seg, path))),
+        })
+        .unwrap_or_else(|| {
+            Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{MAX_COPIES} segments of this process already exist"),
+            ))
+        })?;
     let c = seg.cells();
     c[H_VERSION].store(VERSION, Ordering::Relaxed);
     c[H_PID].store(u64::from(pid), Ordering::Relaxed);

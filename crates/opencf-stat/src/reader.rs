@@ -326,12 +326,18 @@ fn segments(dir: &Path) -> io::Result<Vec<Segment>> {
         let Some(stem) = name.strip_suffix(".seg") else {
             continue;
         };
-        let Some((pid, start)) = stem.split_once('-') else {
+        // `<pid>-<start>`, or `<pid>-<start>-<n>` for a further copy of the library in the
+        // same process.
+        let mut parts = stem.splitn(3, '-');
+        let (Some(pid), Some(start), copy) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
         let (Ok(_), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
             continue;
         };
+        if copy.is_some_and(|n| n.parse::<u32>().is_err()) {
+            continue;
+        }
         out.push(Segment {
             path: e.path(),
             pid: pid.to_string(),
@@ -416,10 +422,17 @@ fn sweep(dir: &Path) -> io::Result<(Snapshot, Snapshot)> {
     let mut live = Snapshot::default();
     let mut retained = load_totals(dir, RETAINED_FILE)?;
     let mut dead = Vec::new();
+    // A process with several copies of the library has several segments: counted once.
+    let mut seen = std::collections::HashSet::new();
     for seg in segments(dir)? {
         let is_alive = alive(&seg);
         match read_segment(&seg) {
-            Some(s) if is_alive => live.merge(&s),
+            Some(mut s) if is_alive => {
+                if !seen.insert((seg.pid.clone(), seg.start)) {
+                    s.processes = 0;
+                }
+                live.merge(&s);
+            }
             Some(s) => {
                 retained.merge(&s.without_gauges());
                 dead.push(seg.path);

@@ -297,3 +297,28 @@ fn shards_are_distinct_while_held_and_run_out() {
     assert!(held.iter().filter(|s| s.index() == 0).count() >= 3);
     drop(held);
 }
+
+/// Two copies of the library in one process (a program that links it and loads
+/// `libopencf.so`, or two copies of `libopencf.so`): each has its own segment, and neither
+/// erases nor takes over the other's entries.
+#[test]
+fn two_copies_in_one_process_keep_their_own_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Registry::create_in(tmp.path()).unwrap();
+    let handshakes = a.counter("tlsproxy", "handshakes");
+    handshakes.fetch_add(5, Ordering::Relaxed);
+    a.provider("softtoken").mech(0x1087).record(100, 1000);
+    let b = Registry::create_in(tmp.path()).unwrap();
+    assert_ne!(a.segment_path(), b.segment_path());
+    let passes = b.counter("accel", "passes");
+    passes.fetch_add(7, Ordering::Relaxed);
+    b.provider("accel").mech(0x1087).record(50, 1000);
+    handshakes.fetch_add(1, Ordering::Relaxed);
+    assert_eq!(segments(tmp.path()), 2);
+    let s = read(tmp.path()).unwrap();
+    assert_eq!(s.counters.get(&named("tlsproxy", "handshakes")), Some(&6));
+    assert_eq!(s.counters.get(&named("accel", "passes")), Some(&7));
+    assert_eq!(s.mechanisms[&key("softtoken", 0x1087)].ops, 1);
+    assert_eq!(s.mechanisms[&key("accel", 0x1087)].bytes, 50);
+    assert_eq!(s.processes, 1, "one process, however many segments");
+}

@@ -11,6 +11,7 @@
 //! There is no worker thread and no wakeup. A lane whose result fails the pass's check is
 //! signed again with OpenSSL.
 
+use crate::counters;
 use crate::engine::p256::{self, EcJob, EcScalarKey};
 use crate::engine::{Kind, LANES};
 use crate::fault::{self, Fault};
@@ -192,7 +193,17 @@ fn run_pass(kind: Kind, batch: &[Arc<Request>]) {
         })
         .collect();
     let sigs = match &jobs {
-        Some(jobs) => p256::ecdsa_sign(kind, jobs, fault),
+        Some(jobs) => {
+            let sigs = p256::ecdsa_sign(kind, jobs, fault);
+            let counted = counters::get();
+            counters::add(counted.ecdsa_passes, jobs.len().div_ceil(LANES));
+            counters::add(counted.ecdsa_signatures, jobs.len());
+            counters::add(
+                counted.ecdsa_faults,
+                sigs.iter().filter(|s| s.is_none()).count(),
+            );
+            sigs
+        }
         None => vec![None; batch.len()],
     };
     for (r, sig) in batch.iter().zip(sigs) {

@@ -40,6 +40,7 @@
 //! tag. `$OPENCF_ACCEL_BULK_PARTS=N` (read at each request) forces `N` pieces whatever the
 //! size (at most one per block), for tests.
 
+use crate::counters;
 use crate::gf128::{self as gf, block};
 use crate::sched::Scheduler;
 use opencf_abi::sys::*;
@@ -292,7 +293,8 @@ pub(crate) fn in_pieces<T: Send>(
     let n = pieces.len();
     let results: Vec<Mutex<Option<CkResult<T>>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
-    let work = || loop {
+    let helped = AtomicUsize::new(0);
+    let work = |helper: bool| loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(piece) = pieces.get(i) else {
             return;
@@ -301,13 +303,16 @@ pub(crate) fn in_pieces<T: Send>(
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i, inp, o)));
             *unpoison(&results[i]) = Some(r.unwrap_or(Err(CKR_DEVICE_ERROR)));
         }
+        if helper {
+            helped.fetch_add(1, Ordering::Relaxed);
+        }
         done.fetch_add(1, Ordering::Release);
     };
     pool.in_place_scope(|s| {
         for _ in 0..helpers.min(n.saturating_sub(1)) {
-            s.spawn(|_| work());
+            s.spawn(|_| work(true));
         }
-        work();
+        work(false);
         let start = std::time::Instant::now();
         while done.load(Ordering::Acquire) < n && start.elapsed() < SPIN {
             for _ in 0..64 {
@@ -315,6 +320,12 @@ pub(crate) fn in_pieces<T: Send>(
             }
         }
     });
+    if n > 1 {
+        let counted = counters::get();
+        counters::add(counted.bulk_operations, 1);
+        counters::add(counted.bulk_pieces, n);
+        counters::add(counted.bulk_pieces_helped, helped.load(Ordering::Relaxed));
+    }
     results
         .into_iter()
         .map(|m| {

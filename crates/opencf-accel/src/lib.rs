@@ -15,7 +15,8 @@
 //!   operation; [`ct`]: constant-time scalar arithmetic around the engine; [`sched`]: the
 //!   worker threads and batching; [`mech`]: mechanisms and padding; [`objects`]: session
 //!   objects; [`gcm`]: the bulk engine and its AES-GCM, on [`gf128`] arithmetic; [`blocks`]:
-//!   AES-CTR and AES-ECB on the bulk engine; [`fault`]: the test-only fault switch.
+//!   AES-CTR and AES-ECB on the bulk engine; [`fault`]: the test-only fault switch;
+//!   [`counters`]: the engines' counters in `cryptoadm stat`.
 //!
 //! The crate denies `unsafe` code; the one exception is the call into the IFMA engine after
 //! the CPU check (`engine::on_ifma`), and the items `pkcs11_module!` generates.
@@ -26,6 +27,7 @@
 pub mod asynchronous;
 mod backend_impl;
 pub mod blocks;
+pub mod counters;
 pub mod crypt;
 pub mod ct;
 pub mod ecdsa;

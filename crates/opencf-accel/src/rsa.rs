@@ -8,6 +8,7 @@
 //! [`RsaKey::begin`] (caller's thread: blind), the half-exponentiations (a worker, batched),
 //! [`RsaKey::finish`] (caller's thread: recombine, verify, unblind).
 
+use crate::counters;
 use crate::ct::{self, Mont};
 use crate::engine::{
     self, be_from_words, repack, words, words_from_be, Job, Kind, Prime, PublicJob,
@@ -495,6 +496,7 @@ impl RsaKey {
         let recombined =
             ct::equal(&self.pm.reduce_wide(&sum), &m1) & ct::equal(&self.qm.reduce_wide(&sum), &m2);
         if !recombined {
+            counters::add(counters::get().rsa_faults, 1);
             return Err(CKR_DEVICE_ERROR);
         }
         let out = self.nm.mul(&sum, &pend.ai);

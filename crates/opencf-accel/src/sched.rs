@@ -16,6 +16,7 @@
 //! pass. A full queue answers [`Busy`]; the provider turns that into `CKR_DEVICE_MEMORY`,
 //! which the framework treats as "try the next provider".
 
+use crate::counters;
 use crate::engine::{self, Job, Kind, LANES};
 use crate::fault::{self, Fault};
 use crate::rsa::{self, CheckedHalf, HalfResult, Pending, RsaKey};
@@ -333,6 +334,7 @@ impl Scheduler {
             self.demand.coming.fetch_add(1, Ordering::Relaxed);
         } else {
             self.stats.direct.fetch_add(1, Ordering::Relaxed);
+            counters::add(counters::get().rsa_direct, 1);
         }
         Ok(Ticket {
             sched: self,
@@ -698,15 +700,21 @@ impl Worker {
         }));
         stats.passes.fetch_add(1, Ordering::Relaxed);
         stats.halves.fetch_add(batch.len(), Ordering::Relaxed);
+        let counted = counters::get();
+        counters::add(counted.rsa_passes, 1);
+        counters::add(counted.rsa_halves, batch.len());
         // A panic drops the repliers unanswered, and so does a half that failed its check:
         // the callers see an engine error, and the result is never released.
+        let mut faults = batch.len();
         if let Ok(checked) = results {
             for (h, c) in batch.into_iter().zip(checked) {
                 if let Some(c) = c {
                     h.reply.send(c);
+                    faults -= 1;
                 }
             }
         }
+        counters::add(counted.rsa_faults, faults);
     }
 }
 

@@ -9,7 +9,7 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{complete_all, create_rsa_key, framework, verifies};
+use common::raw::{complete_all, create_rsa_key, engine_counter, framework, verifies};
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
 use opencf_abi::Mechanism;
@@ -47,7 +47,7 @@ fn sign_many(p: &Provider, slot: CK_SLOT_ID, n: usize) -> usize {
 
 #[test]
 fn asynchronous_sessions_through_the_framework() {
-    let (p, _) = framework("accel-async", "");
+    let (p, stat) = framework("accel-async", "");
     if opencf_accel::engine::provider_engine().is_none() {
         eprintln!("SKIP: no RSA engine on this CPU; asynchronous sessions not exercised");
         return;
@@ -67,11 +67,22 @@ fn asynchronous_sessions_through_the_framework() {
             String::from_utf8_lossy(&l).trim_end() == opencf_accel::LABEL
         })
         .expect("the accelerator's own slot");
-    let pended = sign_many(&p, accel, n);
+    let pended_here = sign_many(&p, accel, n);
     assert!(
-        pended >= 8,
-        "the accelerator's slot: {pended} of {n} pended"
+        pended_here >= 8,
+        "the accelerator's slot: {pended_here} of {n} pended"
     );
+    // Every pending signature ran on the engine: two halves each, at most eight a pass, none
+    // failed its check.
+    let [passes, halves, faults] =
+        ["rsa_passes", "rsa_halves", "rsa_faults"].map(|c| engine_counter(&stat, c));
+    eprintln!("accel: {passes} passes of {halves} halves, {faults} faults");
+    assert_eq!(halves, 2 * (pended + pended_here) as u64);
+    assert!(
+        passes >= halves.div_ceil(8) && passes <= halves,
+        "{passes} passes"
+    );
+    assert_eq!(faults, 0);
     // Nothing pending: the framework's answers.
     let s = p
         .open_session(0, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION)

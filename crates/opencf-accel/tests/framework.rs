@@ -27,9 +27,11 @@ use openssl::sign::{RsaPssSaltlen, Verifier};
 use openssl::symm::Cipher;
 use std::path::Path;
 
-// Of the shared helpers, `release()` serves here (the rest load the accelerator alone).
+// Of the shared helpers, `release()` and `engine_counter` serve here (the rest load the
+// accelerator alone).
 #[allow(dead_code)]
 mod common;
+use common::raw::engine_counter;
 use common::release;
 
 /// `CKM_AES_GCM`.
@@ -54,6 +56,16 @@ fn all_counters(dir: &Path, provider: &str) -> opencf_stat::MechStats {
             a.busy += v.busy;
             a
         })
+}
+
+/// The accelerator's RSA counters: (direct, passes, halves, faults).
+fn rsa_counters(dir: &Path) -> [u64; 4] {
+    ["rsa_direct", "rsa_passes", "rsa_halves", "rsa_faults"].map(|n| engine_counter(dir, n))
+}
+
+/// `after − before`, element by element.
+fn grew(before: [u64; 4], after: [u64; 4]) -> [u64; 4] {
+    std::array::from_fn(|i| after[i] - before[i])
 }
 
 /// (fallbacks, busy) of `provider` as `cryptoadm stat -p PROVIDER --json` shows them.
@@ -253,22 +265,41 @@ fn slot0_with_accel_first_and_fallback() {
         }
     };
     let engine = opencf_accel::engine::provider_engine().is_some();
+    let start = rsa_counters(&stat);
     run(5);
     let (ops, _) = counters(&stat, "accel");
+    let lone = grew(start, rsa_counters(&stat));
     if engine {
         assert_eq!(ops, 10, "the accelerator served every signature");
+        // One request at a time: each ran with OpenSSL in the caller's thread, no pass.
+        assert_eq!(
+            lone,
+            [10, 0, 0, 0],
+            "accel (direct, passes, halves, faults)"
+        );
     } else {
         eprintln!("SKIP: no RSA engine on this CPU; the softtoken served (accel ops {ops})");
         assert_eq!(ops, 0);
     }
     std::env::set_var("OPENCF_ACCEL_FAULT", "engine-error");
+    let before = rsa_counters(&stat);
     run(5);
     std::env::remove_var("OPENCF_ACCEL_FAULT");
+    let faulty = grew(before, rsa_counters(&stat));
     let (_, fallbacks) = counters(&stat, "accel");
     let (soft, _) = counters(&stat, "softtoken");
     if engine {
         assert_eq!(fallbacks, 10, "every faulty call fell back");
         assert!(soft >= 10, "the softtoken served them ({soft})");
+        // The fault switch sends every request to the engine and corrupts every result:
+        // both halves of each of the 10 requests ran and failed their check.
+        let [direct, passes, halves, faults] = faulty;
+        assert_eq!(
+            (direct, halves, faults),
+            (0, 20, 20),
+            "accel counters {faulty:?}"
+        );
+        assert!((3..=20).contains(&passes), "{passes} passes for 20 halves");
     }
 
     // High availability under load: 16 threads at once while the engine fails, then while
@@ -316,6 +347,24 @@ fn slot0_with_accel_first_and_fallback() {
             "{fault}: the softtoken served every call ({soft})"
         );
     }
+    // Under load without a fault, the requests fill passes: the accelerator's counters account
+    // for every signature it served, on the engine (two halves each) or directly.
+    let (before, ops_before) = (rsa_counters(&stat), all_counters(&stat, "accel").ops);
+    load(&p, slot, private, &pkey);
+    let [direct, passes, halves, faults] = grew(before, rsa_counters(&stat));
+    let ops = all_counters(&stat, "accel").ops - ops_before;
+    eprintln!(
+        "{THREADS} threads: accel ops +{ops}: direct {direct}, {passes} passes of {halves} halves"
+    );
+    if engine {
+        assert_eq!(ops, calls, "the accelerator served every call");
+        assert_eq!(
+            (direct + halves / 2, faults),
+            (calls, 0),
+            "each served once"
+        );
+        assert!(halves <= 8 * passes && halves.is_multiple_of(2));
+    }
     // `cryptoadm stat`, run as another process, shows the same fallbacks and busy answers.
     let c = all_counters(&stat, "accel");
     let shown = cryptoadm_stat(&stat, "accel");
@@ -351,6 +400,15 @@ fn slot0_with_accel_first_and_fallback() {
     );
     if bulk {
         assert_eq!(big, (2, 0), "large AES-GCM runs on the accelerator");
+        if opencf_accel::sched::Scheduler::cores() > 1 {
+            let (ops, pieces) = (
+                engine_counter(&stat, "bulk_operations"),
+                engine_counter(&stat, "bulk_pieces"),
+            );
+            eprintln!("bulk engine: {ops} operations cut into {pieces} pieces");
+            assert!(ops >= 4, "each large encryption and decryption was split");
+            assert!(pieces >= 2 * ops);
+        }
         assert_eq!(big_again, (2, 0), "and again after small ones");
     } else {
         eprintln!("SKIP: no bulk engine here; the softtoken served");

@@ -161,11 +161,6 @@ impl Accel {
         *field(&mut lock(&sess)) = Some(op);
         Ok(())
     }
-
-    /// The scheduler's counters (tests).
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.sched
-    }
 }
 
 opencf_abi::pkcs11_module!(Accel);

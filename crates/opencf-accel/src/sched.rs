@@ -199,19 +199,9 @@ pub struct Scheduler {
     /// What workers read to decide whether to hold a partial batch.
     demand: Arc<Demand>,
     stop: Arc<AtomicBool>,
-    /// Batches run and halves served (for tests and `docs/ACCEL.md` figures).
-    stats: Arc<Stats>,
-}
-
-/// Counters of the scheduler.
-#[derive(Default, Debug)]
-pub struct Stats {
-    /// Engine passes run.
-    pub passes: AtomicUsize,
-    /// Halves served.
-    pub halves: AtomicUsize,
-    /// Requests served directly by OpenSSL's own RSA code.
-    pub direct: AtomicUsize,
+    /// Requests this scheduler sent to OpenSSL's own RSA code (also counted for the whole
+    /// process in `cryptoadm stat`, [`counters`]`::rsa_direct`, with the engine's passes).
+    direct: AtomicUsize,
 }
 
 /// A request counted in flight until dropped ([`Scheduler::admit`]).
@@ -253,13 +243,8 @@ impl Scheduler {
             in_flight: AtomicUsize::new(0),
             demand: Arc::new(Demand::new()),
             stop: Arc::new(AtomicBool::new(false)),
-            stats: Arc::default(),
+            direct: AtomicUsize::new(0),
         }
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> &Stats {
-        &self.stats
     }
 
     fn workers(&self) -> &Workers {
@@ -276,7 +261,6 @@ impl Scheduler {
                         queues: queues.clone(),
                         demand: self.demand.clone(),
                         stop: self.stop.clone(),
-                        stats: self.stats.clone(),
                     };
                     std::thread::Builder::new()
                         .name(format!("opencf-accel-{i}"))
@@ -333,7 +317,7 @@ impl Scheduler {
         if batch {
             self.demand.coming.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.stats.direct.fetch_add(1, Ordering::Relaxed);
+            self.direct.fetch_add(1, Ordering::Relaxed);
             counters::add(counters::get().rsa_direct, 1);
         }
         Ok(Ticket {
@@ -606,7 +590,6 @@ struct Worker {
     queues: Vec<Arc<Queue>>,
     demand: Arc<Demand>,
     stop: Arc<AtomicBool>,
-    stats: Arc<Stats>,
 }
 
 impl Worker {
@@ -669,7 +652,7 @@ impl Worker {
     }
 
     fn run_pass(&self, batch: Vec<Half>) {
-        let (kind, stats) = (self.kind, &*self.stats);
+        let kind = self.kind;
         let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let jobs: Vec<Job> = batch
                 .iter()
@@ -698,8 +681,6 @@ impl Worker {
                 .collect();
             rsa::check_halves(kind, halves)
         }));
-        stats.passes.fetch_add(1, Ordering::Relaxed);
-        stats.halves.fetch_add(batch.len(), Ordering::Relaxed);
         let counted = counters::get();
         counters::add(counted.rsa_passes, 1);
         counters::add(counted.rsa_halves, batch.len());
@@ -825,6 +806,6 @@ mod tests {
         );
         drop(c);
         assert_eq!(s.in_flight.load(Ordering::Relaxed), 0);
-        assert_eq!(s.stats().direct.load(Ordering::Relaxed), 2);
+        assert_eq!(s.direct.load(Ordering::Relaxed), 2);
     }
 }

@@ -336,27 +336,24 @@ impl TokenKey {
                     pss_combined: token.has_mechanism(MechanismType::SHA256_RSA_PKCS_PSS),
                 }
             }
-            Some(KeyType::EC) => {
+            Some(t @ (KeyType::EC | KeyType::EC_EDWARDS)) => {
+                // The curve, from CKA_EC_PARAMS (public), for both kinds of EC key.
                 let p =
                     token.with_session(|s| s.get_attributes(handle, &[AttributeType::EcParams]));
-                match p?.into_iter().next() {
-                    Some(Attribute::EcParams(p)) if p == P256_PARAMS => KeyKind::EcP256,
-                    Some(Attribute::EcParams(p)) if p == P384_PARAMS => KeyKind::EcP384,
-                    _ => {
+                let params = match p?.into_iter().next() {
+                    Some(Attribute::EcParams(p)) => p,
+                    _ => Vec::new(),
+                };
+                match (t == KeyType::EC, params.as_slice()) {
+                    (true, P256_PARAMS) => KeyKind::EcP256,
+                    (true, P384_PARAMS) => KeyKind::EcP384,
+                    (true, _) => {
                         return Err(format!(
                             "{uri_text}: only P-256 and P-384 EC keys are served"
                         ))
                     }
-                }
-            }
-            Some(KeyType::EC_EDWARDS) => {
-                let p =
-                    token.with_session(|s| s.get_attributes(handle, &[AttributeType::EcParams]));
-                match p?.into_iter().next() {
-                    Some(Attribute::EcParams(p)) if p == ED25519_PARAMS || p == ED25519_NAME => {
-                        KeyKind::Ed25519
-                    }
-                    _ => {
+                    (false, ED25519_PARAMS | ED25519_NAME) => KeyKind::Ed25519,
+                    (false, _) => {
                         return Err(format!(
                             "{uri_text}: only Ed25519 EdDSA keys are served (not Ed448)"
                         ))

@@ -9,7 +9,7 @@
 #[allow(dead_code)]
 mod common;
 
-use common::raw::{complete_all, create_rsa_key, engine_counter, framework, verifies};
+use common::raw::{complete_all, create_rsa_key, engine_counters, framework, verifies};
 use opencf_abi::provider::{AsyncOut, Provider};
 use opencf_abi::sys::*;
 use opencf_abi::Mechanism;
@@ -75,7 +75,7 @@ fn asynchronous_sessions_through_the_framework() {
     // Every pending signature ran on the engine: two halves each, at most eight a pass, none
     // failed its check.
     let [passes, halves, faults] =
-        ["rsa_passes", "rsa_halves", "rsa_faults"].map(|c| engine_counter(&stat, c));
+        engine_counters(&stat, ["rsa_passes", "rsa_halves", "rsa_faults"]);
     eprintln!("accel: {passes} passes of {halves} halves, {faults} faults");
     assert_eq!(halves, 2 * (pended + pended_here) as u64);
     assert!(

@@ -27,11 +27,11 @@ use openssl::sign::{RsaPssSaltlen, Verifier};
 use openssl::symm::Cipher;
 use std::path::Path;
 
-// Of the shared helpers, `release()` and `engine_counter` serve here (the rest load the
+// Of the shared helpers, `release()` and `engine_counters` serve here (the rest load the
 // accelerator alone).
 #[allow(dead_code)]
 mod common;
-use common::raw::engine_counter;
+use common::raw::engine_counters;
 use common::release;
 
 /// `CKM_AES_GCM`.
@@ -60,7 +60,10 @@ fn all_counters(dir: &Path, provider: &str) -> opencf_stat::MechStats {
 
 /// The accelerator's RSA counters: (direct, passes, halves, faults).
 fn rsa_counters(dir: &Path) -> [u64; 4] {
-    ["rsa_direct", "rsa_passes", "rsa_halves", "rsa_faults"].map(|n| engine_counter(dir, n))
+    engine_counters(
+        dir,
+        ["rsa_direct", "rsa_passes", "rsa_halves", "rsa_faults"],
+    )
 }
 
 /// `after − before`, element by element.
@@ -401,10 +404,7 @@ fn slot0_with_accel_first_and_fallback() {
     if bulk {
         assert_eq!(big, (2, 0), "large AES-GCM runs on the accelerator");
         if opencf_accel::sched::Scheduler::cores() > 1 {
-            let (ops, pieces) = (
-                engine_counter(&stat, "bulk_operations"),
-                engine_counter(&stat, "bulk_pieces"),
-            );
+            let [ops, pieces] = engine_counters(&stat, ["bulk_operations", "bulk_pieces"]);
             eprintln!("bulk engine: {ops} operations cut into {pieces} pieces");
             assert!(ops >= 4, "each large encryption and decryption was split");
             assert!(pieces >= 2 * ops);

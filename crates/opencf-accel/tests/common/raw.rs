@@ -151,15 +151,17 @@ pub fn mechanism_ops(dir: &std::path::Path, provider: &str, mechanism: CK_MECHAN
         .sum()
 }
 
-/// The accelerator's own counter `name` in the counters of `dir` (component `accel`, how its
-/// requests were served: `rsa_passes`, `rsa_direct`, …).
-pub fn engine_counter(dir: &std::path::Path, name: &str) -> u64 {
+/// The accelerator's own counters `names` in the counters of `dir` (component `accel`, how its
+/// requests were served: `rsa_passes`, `rsa_direct`, …), from one reading.
+pub fn engine_counters<const N: usize>(dir: &std::path::Path, names: [&str; N]) -> [u64; N] {
     let snap = opencf_stat::read(dir).expect("read the counters");
-    let key = opencf_stat::NamedKey {
-        component: opencf_accel::counters::COMPONENT.into(),
-        name: name.into(),
-    };
-    snap.counters.get(&key).copied().unwrap_or(0)
+    names.map(|name| {
+        let key = opencf_stat::NamedKey {
+            component: opencf_accel::counters::COMPONENT.into(),
+            name: name.into(),
+        };
+        snap.counters.get(&key).copied().unwrap_or(0)
+    })
 }
 
 /// `libopencf_accel.so` loaded as the framework loads providers, initialized once per test

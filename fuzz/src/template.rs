@@ -19,9 +19,11 @@
 //! ```
 //!
 //! Every byte string parses, so the fuzzer never wastes inputs on framing.
-//! The property checked is that nothing panics (and that the nested-template
-//! encoding round-trips).
+//! The properties checked are that nothing panics, that the nested-template
+//! encoding round-trips, and that the accelerator's check of a template
+//! (`opencf_abi::schema::check_template`) answers as the software token's does.
 
+use opencf_abi::schema;
 use opencf_abi::sys::*;
 use opencf_abi::{decode_template, encode_template, Attribute, ARRAY_ATTRIBUTE_FLAG};
 use opencf_softtoken_core::attrs::{from_template, AttrMap};
@@ -268,8 +270,9 @@ pub fn run(data: &[u8]) {
 
     // The map C_CreateObject would build; an inconsistent template still
     // gets a last-wins map so the rest of the pipeline is exercised.
-    let map = match from_template(&attrs) {
-        Ok(m) => m,
+    let parsed = from_template(&attrs);
+    let map = match &parsed {
+        Ok(m) => m.clone(),
         Err(_) => attrs.iter().map(|a| (a.kind, a.value.clone())).collect(),
     };
     let pairs: Vec<(CK_ATTRIBUTE_TYPE, Vec<u8>)> =
@@ -287,9 +290,16 @@ pub fn run(data: &[u8]) {
 
     let _ = policy::matches(&map, &pairs);
     for &class in &classes {
+        // The accelerator checks the caller's slice with `schema::check_template`, the token
+        // its map: both give the same answer to the same template.
+        let token = parsed
+            .as_ref()
+            .map_err(|e| *e)
+            .and_then(|m| policy::check_template(m, class));
+        assert_eq!(schema::check_template(&attrs, class), token);
         let _ = policy::check_template(&map, class);
         for t in map.keys() {
-            let _ = policy::allowed(class, *t);
+            let _ = schema::allowed(class, *t);
             let _ = policy::is_hidden(&map, *t);
         }
         for origin in [

@@ -4,133 +4,9 @@
 //! docs/SOFTTOKEN.md.
 
 use crate::attrs::{AttrMap, AttrMapExt};
+use opencf_abi::schema::{self, allowed, is_bool_attr};
 use opencf_abi::sys::*;
 use opencf_abi::CkResult;
-
-/// Attributes only the token sets.
-const TOKEN_SET: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_LOCAL,
-    CKA_ALWAYS_SENSITIVE,
-    CKA_NEVER_EXTRACTABLE,
-    CKA_KEY_GEN_MECHANISM,
-    CKA_UNIQUE_ID,
-];
-
-/// Attributes of every storage object.
-const STORAGE: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_CLASS,
-    CKA_TOKEN,
-    CKA_PRIVATE,
-    CKA_MODIFIABLE,
-    CKA_COPYABLE,
-    CKA_DESTROYABLE,
-    CKA_LABEL,
-    CKA_UNIQUE_ID,
-];
-
-/// Attributes common to all keys.
-const KEY: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_KEY_TYPE,
-    CKA_ID,
-    CKA_START_DATE,
-    CKA_END_DATE,
-    CKA_DERIVE,
-    CKA_LOCAL,
-    CKA_KEY_GEN_MECHANISM,
-    CKA_ALLOWED_MECHANISMS,
-];
-
-const PUBLIC: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_SUBJECT,
-    CKA_ENCRYPT,
-    CKA_VERIFY,
-    CKA_VERIFY_RECOVER,
-    CKA_WRAP,
-    CKA_TRUSTED,
-    CKA_WRAP_TEMPLATE,
-    CKA_PUBLIC_KEY_INFO,
-    CKA_ENCAPSULATE,
-    CKA_ENCAPSULATE_TEMPLATE,
-];
-
-const PRIVATE: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_SUBJECT,
-    CKA_SENSITIVE,
-    CKA_DECRYPT,
-    CKA_SIGN,
-    CKA_SIGN_RECOVER,
-    CKA_UNWRAP,
-    CKA_EXTRACTABLE,
-    CKA_ALWAYS_SENSITIVE,
-    CKA_NEVER_EXTRACTABLE,
-    CKA_WRAP_WITH_TRUSTED,
-    CKA_UNWRAP_TEMPLATE,
-    CKA_ALWAYS_AUTHENTICATE,
-    CKA_PUBLIC_KEY_INFO,
-    CKA_DECAPSULATE,
-    CKA_DECAPSULATE_TEMPLATE,
-];
-
-const SECRET: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_SENSITIVE,
-    CKA_ENCRYPT,
-    CKA_DECRYPT,
-    CKA_SIGN,
-    CKA_VERIFY,
-    CKA_WRAP,
-    CKA_UNWRAP,
-    CKA_EXTRACTABLE,
-    CKA_ALWAYS_SENSITIVE,
-    CKA_NEVER_EXTRACTABLE,
-    CKA_CHECK_VALUE,
-    CKA_WRAP_WITH_TRUSTED,
-    CKA_TRUSTED,
-    CKA_WRAP_TEMPLATE,
-    CKA_UNWRAP_TEMPLATE,
-    CKA_DERIVE_TEMPLATE,
-    CKA_VALUE,
-    CKA_VALUE_LEN,
-];
-
-/// Key-material attributes by key type (public and private parts together).
-const MATERIAL: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_MODULUS,
-    CKA_MODULUS_BITS,
-    CKA_PUBLIC_EXPONENT,
-    CKA_PRIVATE_EXPONENT,
-    CKA_PRIME_1,
-    CKA_PRIME_2,
-    CKA_EXPONENT_1,
-    CKA_EXPONENT_2,
-    CKA_COEFFICIENT,
-    CKA_EC_PARAMS,
-    CKA_EC_POINT,
-    CKA_VALUE,
-    CKA_PARAMETER_SET,
-    CKA_SEED,
-];
-
-const DATA: &[CK_ATTRIBUTE_TYPE] = &[CKA_APPLICATION, CKA_OBJECT_ID, CKA_VALUE];
-
-const CERT: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_CERTIFICATE_TYPE,
-    CKA_TRUSTED,
-    CKA_CERTIFICATE_CATEGORY,
-    CKA_CHECK_VALUE,
-    CKA_START_DATE,
-    CKA_END_DATE,
-    CKA_PUBLIC_KEY_INFO,
-    CKA_SUBJECT,
-    CKA_ID,
-    CKA_ISSUER,
-    CKA_SERIAL_NUMBER,
-    CKA_VALUE,
-    CKA_URL,
-    CKA_HASH_OF_SUBJECT_PUBLIC_KEY,
-    CKA_HASH_OF_ISSUER_PUBLIC_KEY,
-    CKA_JAVA_MIDP_SECURITY_DOMAIN,
-    CKA_NAME_HASH_ALGORITHM,
-];
 
 /// Attributes that are secret in a private or secret key.
 pub const SENSITIVE_ATTRS: &[CK_ATTRIBUTE_TYPE] = &[
@@ -177,21 +53,6 @@ const CHANGEABLE: &[CK_ATTRIBUTE_TYPE] = &[
     CKA_CERTIFICATE_CATEGORY,
 ];
 
-/// Whether attribute `t` can belong to an object of class `class`.
-pub fn allowed(class: CK_OBJECT_CLASS, t: CK_ATTRIBUTE_TYPE) -> bool {
-    if STORAGE.contains(&t) || (t & CKA_VENDOR_DEFINED) != 0 {
-        return true;
-    }
-    match class {
-        CKO_DATA => DATA.contains(&t),
-        CKO_CERTIFICATE => CERT.contains(&t),
-        CKO_PUBLIC_KEY => KEY.contains(&t) || PUBLIC.contains(&t) || MATERIAL.contains(&t),
-        CKO_PRIVATE_KEY => KEY.contains(&t) || PRIVATE.contains(&t) || MATERIAL.contains(&t),
-        CKO_SECRET_KEY => KEY.contains(&t) || SECRET.contains(&t),
-        _ => false,
-    }
-}
-
 /// How an object comes to be, for the defaults it gets.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Origin {
@@ -204,71 +65,12 @@ pub enum Origin {
 }
 
 /// Checks a caller template before an object is made: known class, attributes that belong to
-/// the class, none of the token-set ones, well-formed booleans and CK_ULONGs.
+/// the class, none of the token-set ones, well-formed booleans and CK_ULONGs
+/// ([`schema::check_given`]).
 pub fn check_template(attrs: &AttrMap, class: CK_OBJECT_CLASS) -> CkResult<()> {
-    for (&t, v) in attrs {
-        if TOKEN_SET.contains(&t) {
-            return Err(CKR_ATTRIBUTE_READ_ONLY);
-        }
-        if !allowed(class, t) {
-            return Err(CKR_ATTRIBUTE_TYPE_INVALID);
-        }
-        if is_bool_attr(t) && v.len() != 1 {
-            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
-        }
-        if is_ulong_attr(t) && v.len() != std::mem::size_of::<CK_ULONG>() {
-            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
-        }
-    }
-    Ok(())
-}
-
-/// `CK_BBOOL` attributes.
-pub fn is_bool_attr(t: CK_ATTRIBUTE_TYPE) -> bool {
-    matches!(
-        t,
-        CKA_TOKEN
-            | CKA_PRIVATE
-            | CKA_MODIFIABLE
-            | CKA_COPYABLE
-            | CKA_DESTROYABLE
-            | CKA_DERIVE
-            | CKA_LOCAL
-            | CKA_ENCRYPT
-            | CKA_DECRYPT
-            | CKA_SIGN
-            | CKA_VERIFY
-            | CKA_SIGN_RECOVER
-            | CKA_VERIFY_RECOVER
-            | CKA_WRAP
-            | CKA_UNWRAP
-            | CKA_TRUSTED
-            | CKA_SENSITIVE
-            | CKA_EXTRACTABLE
-            | CKA_ALWAYS_SENSITIVE
-            | CKA_NEVER_EXTRACTABLE
-            | CKA_WRAP_WITH_TRUSTED
-            | CKA_ALWAYS_AUTHENTICATE
-            | CKA_ENCAPSULATE
-            | CKA_DECAPSULATE
-    )
-}
-
-/// `CK_ULONG` attributes.
-pub fn is_ulong_attr(t: CK_ATTRIBUTE_TYPE) -> bool {
-    matches!(
-        t,
-        CKA_CLASS
-            | CKA_KEY_TYPE
-            | CKA_CERTIFICATE_TYPE
-            | CKA_CERTIFICATE_CATEGORY
-            | CKA_MODULUS_BITS
-            | CKA_VALUE_LEN
-            | CKA_KEY_GEN_MECHANISM
-            | CKA_PARAMETER_SET
-            | CKA_JAVA_MIDP_SECURITY_DOMAIN
-            | CKA_NAME_HASH_ALGORITHM
-    )
+    attrs
+        .iter()
+        .try_for_each(|(&t, v)| schema::check_given(class, t, v))
 }
 
 /// Whether a public or private key of type `kt` can do what usage attribute `t` allows: RSA

@@ -7,7 +7,9 @@
  * code, the row accepts a small set and a comment says why.
  *
  * Usage: badinput /path/to/module.so
- * Prints one line per failing case and a final "N passed, N failed" line.
+ *        badinput --accel /path/to/libopencf_accel.so   (the accelerator provider's table)
+ * Prints one line per failing case (and per skipped one) and a final
+ * "N passed, N failed" line.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -241,6 +243,7 @@ struct tcase {
     case_fn fn;
     int op;     /* for t_op */
     int sel;    /* session selector for t_op */
+    CK_MECHANISM_TYPE need; /* run only where slot 0 offers it (0: always) */
 };
 
 enum { H_ZERO = 1, H_DEAD, H_CLOSED, H_RW, H_RO };
@@ -786,8 +789,38 @@ T(t_s1_locked, return s1_flags(CKF_USER_PIN_LOCKED, 0);)
 T(t_s1_right_refused, return F->C_Login(s1, CKU_USER, s1_user_pin, PINLEN(s1_user_pin));)
 T(t_s1_so_still_ok, CK_RV rv = F->C_Login(s1, CKU_SO, so_pin, PINLEN(so_pin)); if (rv) return rv; return F->C_Logout(s1);)
 
+/* ---- the accelerator provider (--accel) ---- */
+static CK_MECHANISM m_kw = { CKM_AES_KEY_WRAP, NULL, 0 };
+static CK_MECHANISM m_rsa_pkcs = { CKM_RSA_PKCS, NULL, 0 };
+static CK_BYTE wrapped24[24] = "twenty-four wrapped byte";
+/* the unwrapping mechanisms are always there (the framework moves keys in with them) */
+T(t_acc_mechlist_full, CK_MECHANISM_TYPE l[512]; CK_ULONG n = 512, i; CK_RV rv = F->C_GetMechanismList(SLOT0, l, &n);
+  if (rv != CKR_OK) return rv; for (i = 0; i < n; i++) if (l[i] == CKM_AES_KEY_WRAP_KWP) return CKR_OK;
+  return check_fail("%s %lu", "CKM_AES_KEY_WRAP_KWP missing; count", n);)
+T(t_acc_login_so, return F->C_Login(s_rw, CKU_SO, so_pin, PINLEN(so_pin));)
+/* a secret value is never returned, whatever CKA_SENSITIVE says; the length is then
+ * CK_UNAVAILABLE_INFORMATION */
+T(t_acc_value_hidden, CK_ULONG l = sizeof out; CK_RV rv = getattr1(k_aes, CKA_VALUE, out, &l);
+  if (rv == CKR_ATTRIBUTE_SENSITIVE && l != CK_UNAVAILABLE_INFORMATION) return check_fail("%s %lu", "len", l); return rv;)
+T(t_acc_unwrap_nounwrap, CK_ATTRIBUTE a[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes) }; CK_OBJECT_HANDLE h;
+  return F->C_UnwrapKey(s_rw, &m_kw, k_aes, wrapped24, sizeof wrapped24, a, 2, &h);)
+T(t_acc_unwrap_badhandle, CK_ATTRIBUTE a[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes) }; CK_OBJECT_HANDLE h;
+  return F->C_UnwrapKey(s_rw, &m_kw, DEAD, wrapped24, sizeof wrapped24, a, 2, &h);)
+T(t_acc_unwrap_nullout, CK_ATTRIBUTE a[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes) };
+  return F->C_UnwrapKey(s_rw, &m_kw, k_aes, wrapped24, sizeof wrapped24, a, 2, NULL);)
+T(t_acc_signinit_bad, return F->C_SignInit(s_rw, &m_rsa_pkcs, DEAD);)
+T(t_acc_signinit_aes, return F->C_SignInit(s_rw, &m_rsa_pkcs, k_aes);)
+T(t_acc_sign_unknown, return F->C_SignInit(s_rw, &m_unknown, k_aes);)
+T(t_acc_sign_hmac, return F->C_SignInit(s_rw, &m_hmac, k_aes);)
+T(t_acc_dec_unknown, return F->C_DecryptInit(s_rw, &m_unknown, k_aes);)
+/* the two keys made above; none of the refused templates left an object behind */
+T(t_acc_find_ok, CK_OBJECT_HANDLE o[64]; CK_ULONG n = 0; CK_RV rv = F->C_FindObjects(s_rw, o, 64, &n);
+  if (rv == CKR_OK && n != 2) return check_fail("%s %lu", "found", n); return rv;)
+
 #define R(...) .want = { __VA_ARGS__ }, .nwant = (int)(sizeof((CK_RV[]){ __VA_ARGS__ }) / sizeof(CK_RV))
 #define C(nm, f, ...) { .name = nm, .fn = f, R(__VA_ARGS__) }
+/* a row that runs only where slot 0 offers mechanism `mech` */
+#define CN(nm, mech, f, ...) { .name = nm, .fn = f, .need = mech, R(__VA_ARGS__) }
 #define PRE(n) { .name = "before C_Initialize: C_" #n, .fn = t_op, .op = OP_##n, .sel = H_RW, \
                  R(CKR_CRYPTOKI_NOT_INITIALIZED) },
 #define AFTER(n) { .name = "after C_Finalize: C_" #n, .fn = t_op, .op = OP_##n, .sel = H_RW, \
@@ -819,38 +852,133 @@ T(t_s1_so_still_ok, CK_RV rv = F->C_Login(s1, CKU_SO, so_pin, PINLEN(so_pin)); i
     C("bad key " what ": C_WrapKey hKey", t_wrap_badkey##sfx, CKR_KEY_HANDLE_INVALID), \
     C("bad key " what ": C_WrapKey hWrappingKey", t_wrap_badwrapper##sfx, CKR_WRAPPING_KEY_HANDLE_INVALID),
 
+/* C_Initialize arguments, then initialisation */
+#define ROWS_INIT_ARGS \
+    C("C_Initialize pReserved non-NULL", t_init_reserved, CKR_ARGUMENTS_BAD), \
+    C("C_Initialize pReserved non-NULL + OS_LOCKING_OK", t_init_reserved_oslock, CKR_ARGUMENTS_BAD), \
+    C("C_Initialize only CreateMutex", t_init_partial1, CKR_ARGUMENTS_BAD), \
+    C("C_Initialize 3 of 4 mutex fns", t_init_partial3, CKR_ARGUMENTS_BAD), \
+    C("C_Initialize OS_LOCKING_OK + only UnlockMutex", t_init_partial_os, CKR_ARGUMENTS_BAD), \
+    C("C_Initialize mutex fns without OS_LOCKING_OK", t_init_mutex_nolock, CKR_CANT_LOCK), \
+    C("C_GetFunctionList(NULL)", t_getfl_null, CKR_ARGUMENTS_BAD), \
+    C("C_Initialize(NULL)", t_init_ok, CKR_OK), \
+    C("C_Initialize twice", t_init_again_null, CKR_CRYPTOKI_ALREADY_INITIALIZED), \
+    C("C_Initialize twice with args", t_init_again_args, CKR_CRYPTOKI_ALREADY_INITIALIZED), \
+    C("C_Finalize pReserved non-NULL", t_finalize_reserved, CKR_ARGUMENTS_BAD),
+
+/* slot IDs that do not exist */
+#define ROWS_BAD_SLOTS \
+    C("C_GetSlotInfo bad slot", t_slotinfo_bad, CKR_SLOT_ID_INVALID), \
+    C("C_GetSlotInfo slot 0xdeadbeef", t_slotinfo_deadbeef, CKR_SLOT_ID_INVALID), \
+    C("C_GetTokenInfo bad slot", t_tokinfo_bad, CKR_SLOT_ID_INVALID), \
+    C("C_GetMechanismList bad slot", t_mechlist_bad, CKR_SLOT_ID_INVALID), \
+    C("C_GetMechanismInfo bad slot", t_mechinfo_bad, CKR_SLOT_ID_INVALID), \
+    C("C_OpenSession bad slot", t_open_bad, CKR_SLOT_ID_INVALID), \
+    C("C_CloseAllSessions bad slot", t_closeall_bad, CKR_SLOT_ID_INVALID),
+
+/* NULL out-pointers */
+#define ROWS_NULL_OUT \
+    C("C_GetInfo(NULL)", t_getinfo_null, CKR_ARGUMENTS_BAD), \
+    C("C_GetSlotList NULL count", t_slotlist_null, CKR_ARGUMENTS_BAD), \
+    C("C_GetSlotInfo NULL info", t_slotinfo_null, CKR_ARGUMENTS_BAD), \
+    C("C_GetTokenInfo NULL info", t_tokinfo_null, CKR_ARGUMENTS_BAD), \
+    C("C_GetMechanismList NULL count", t_mechlist_null, CKR_ARGUMENTS_BAD), \
+    C("C_GetMechanismInfo NULL info", t_mechinfo_null, CKR_ARGUMENTS_BAD), \
+    C("C_OpenSession NULL phSession", t_open_null, CKR_ARGUMENTS_BAD), \
+    C("C_OpenSession without CKF_SERIAL_SESSION", t_open_noserial, CKR_SESSION_PARALLEL_NOT_SUPPORTED),
+
+/* sessions s_ro, s_rw and s_closed */
+#define ROWS_SESSIONS \
+    C("open RO session", t_open_ro, CKR_OK), \
+    C("open RW session", t_open_rw, CKR_OK), \
+    C("open + close a session", t_open_closed, CKR_OK), \
+    C("C_GetSessionInfo NULL info", t_sessinfo_null, CKR_ARGUMENTS_BAD), \
+    C("C_GetSessionInfo RO public", t_sessinfo_ro, CKR_OK),
+
+/* templates C_CreateObject refuses (PKCS#11 3.2 §4) */
+#define ROWS_CREATE_TEMPLATES \
+    C("C_CreateObject CKA_LOCAL", t_cr_local, CKR_ATTRIBUTE_READ_ONLY), \
+    C("C_CreateObject CKA_ALWAYS_SENSITIVE", t_cr_alwayssens, CKR_ATTRIBUTE_READ_ONLY), \
+    C("C_CreateObject CKA_NEVER_EXTRACTABLE", t_cr_neverext, CKR_ATTRIBUTE_READ_ONLY), \
+    C("C_CreateObject CKA_KEY_GEN_MECHANISM", t_cr_kgm, CKR_ATTRIBUTE_READ_ONLY), \
+    C("C_CreateObject CKA_UNIQUE_ID", t_cr_uid, CKR_ATTRIBUTE_READ_ONLY), \
+    C("C_CreateObject CKA_MODULUS on secret key", t_cr_modulus, CKR_ATTRIBUTE_TYPE_INVALID), \
+    C("C_CreateObject CKA_EC_PARAMS on secret key", t_cr_ecparams, CKR_ATTRIBUTE_TYPE_INVALID), \
+    C("C_CreateObject unassigned attribute type", t_cr_vendor_attr, CKR_ATTRIBUTE_TYPE_INVALID), \
+    C("C_CreateObject CK_BBOOL given as CK_ULONG", t_cr_bool_ulong, CKR_ATTRIBUTE_VALUE_INVALID), \
+    C("C_CreateObject CKA_CLASS of 1 byte", t_cr_class_1byte, CKR_ATTRIBUTE_VALUE_INVALID), \
+    C("C_CreateObject CKA_KEY_TYPE of 2 bytes", t_cr_keytype_2byte, CKR_ATTRIBUTE_VALUE_INVALID), \
+    C("C_CreateObject CKA_ENCRYPT true and false", t_cr_dup_encrypt, CKR_TEMPLATE_INCONSISTENT), \
+    C("C_CreateObject CKA_KEY_TYPE AES and generic", t_cr_dup_keytype, CKR_TEMPLATE_INCONSISTENT), \
+    C("C_CreateObject AES without CKA_VALUE", t_cr_novalue, CKR_TEMPLATE_INCOMPLETE), \
+    C("C_CreateObject without CKA_CLASS", t_cr_noclass, CKR_TEMPLATE_INCOMPLETE), \
+    C("C_CreateObject bogus CKA_CLASS", t_cr_badclass, CKR_ATTRIBUTE_VALUE_INVALID), \
+    C("C_CreateObject 7-byte AES key", t_cr_shortaes, CKR_ATTRIBUTE_VALUE_INVALID, CKR_KEY_SIZE_RANGE), \
+    C("C_CreateObject NULL template, count 3", t_cr_nulltmpl, CKR_ARGUMENTS_BAD), \
+    C("C_CreateObject NULL phObject", t_cr_nullout, CKR_ARGUMENTS_BAD),
+
+/* a search: init and its argument checks */
+#define ROWS_FIND_INIT \
+    C("C_FindObjectsInit", t_find_init, CKR_OK), \
+    C("C_FindObjectsInit twice", t_find_init_again, CKR_OPERATION_ACTIVE), \
+    C("C_FindObjects NULL handles", t_find_nullout, CKR_ARGUMENTS_BAD), \
+    C("C_FindObjects NULL count", t_find_nullcount, CKR_ARGUMENTS_BAD),
+
+/* a search: its end */
+#define ROWS_FIND_END \
+    C("C_FindObjectsFinal", t_find_final, CKR_OK), \
+    C("C_FindObjectsFinal twice", t_find_final_again, CKR_OPERATION_NOT_INITIALIZED), \
+    C("C_FindObjectsInit NULL template, count 2", t_find_badtmpl, CKR_ARGUMENTS_BAD),
+
+/* AES-ECB: the two-call protocol, lengths, and the order of an init's checks */
+#define ROWS_ECB \
+    CN("C_EncryptInit", CKM_AES_ECB, t_encinit_ok, CKR_OK), \
+    CN("C_EncryptInit twice", CKM_AES_ECB, t_encinit_again, CKR_OPERATION_ACTIVE), \
+    CN("C_Encrypt size query", CKM_AES_ECB, t_enc_size, CKR_OK), \
+    CN("C_Encrypt too small", CKM_AES_ECB, t_enc_small, CKR_BUFFER_TOO_SMALL), \
+    CN("C_Encrypt after too small", CKM_AES_ECB, t_enc_full, CKR_OK), \
+    CN("C_Encrypt after the operation ended", CKM_AES_ECB, t_enc_after_done, CKR_OPERATION_NOT_INITIALIZED), \
+    CN("C_Encrypt NULL length", CKM_AES_ECB, t_enc_nulllen, CKR_ARGUMENTS_BAD), \
+    CN("C_EncryptInit after a failed C_Encrypt", CKM_AES_ECB, t_enc_after_fail, CKR_OK), \
+    CN("C_EncryptInit(NULL) cancels", CKM_AES_ECB, t_enc_cancel, CKR_OK), \
+    CN("C_EncryptInit after cancel", CKM_AES_ECB, t_enc_after_cancel, CKR_OK), \
+    CN("encrypt state reset (setup)", CKM_AES_ECB, t_enc_reset, CKR_OK), \
+    CN("C_Encrypt ECB 15 bytes", CKM_AES_ECB, t_enc_badlen, CKR_DATA_LEN_RANGE), \
+    CN("C_Decrypt ECB 15 bytes", CKM_AES_ECB, t_dec_badlen, CKR_ENCRYPTED_DATA_LEN_RANGE), \
+    CN("C_Decrypt ECB round trip", CKM_AES_ECB, t_dec_roundtrip, CKR_OK), \
+    CN("C_DecryptInit twice", CKM_AES_ECB, t_decinit_again, CKR_OPERATION_ACTIVE), \
+    CN("init order: a bad parameter alone", CKM_AES_CTR, t_init_order_bad_param, CKR_MECHANISM_PARAM_INVALID), \
+    C("init order: closed session before a bad parameter", t_init_order_session, CKR_SESSION_HANDLE_INVALID), \
+    CN("init order: active operation before a bad parameter", CKM_AES_ECB, t_init_order_active, CKR_OPERATION_ACTIVE),
+
+/* AES-GCM parameters */
+#define ROWS_GCM \
+    CN("AES-GCM params 1 byte short", CKM_AES_GCM, t_gcm_short, CKR_MECHANISM_PARAM_INVALID), \
+    CN("AES-GCM params 8 bytes long", CKM_AES_GCM, t_gcm_long, CKR_MECHANISM_PARAM_INVALID), \
+    CN("AES-GCM no params", CKM_AES_GCM, t_gcm_null, CKR_MECHANISM_PARAM_INVALID), \
+    CN("AES-GCM NULL params with length", CKM_AES_GCM, t_gcm_nullptr_len, CKR_MECHANISM_PARAM_INVALID, CKR_ARGUMENTS_BAD), \
+    CN("AES-GCM tag 129 bits", CKM_AES_GCM, t_gcm_tag129, CKR_MECHANISM_PARAM_INVALID), \
+    CN("AES-GCM empty IV", CKM_AES_GCM, t_gcm_iv0, CKR_MECHANISM_PARAM_INVALID), \
+    CN("AES-GCM encrypt", CKM_AES_GCM, t_gcm_ok, CKR_OK), \
+    CN("AES-GCM decrypt with bad tag", CKM_AES_GCM, t_gcm_badtag, CKR_AEAD_DECRYPT_FAILED, CKR_ENCRYPTED_DATA_INVALID),
+
+/* random numbers, then C_Logout */
+#define ROWS_RANDOM_LOGOUT \
+    C("C_GenerateRandom NULL buffer", t_rand_null, CKR_ARGUMENTS_BAD), \
+    C("C_GenerateRandom", t_rand_ok, CKR_OK), \
+    C("C_SeedRandom NULL seed", t_seed_null, CKR_ARGUMENTS_BAD, CKR_RANDOM_SEED_NOT_SUPPORTED), \
+    C("C_Logout", t_logout_ok, CKR_OK), \
+    C("C_Logout again", t_logout_again, CKR_USER_NOT_LOGGED_IN),
+
 static const struct tcase cases[] = {
     /* every function before C_Initialize */
     OPS(PRE)
-    C("C_Initialize pReserved non-NULL", t_init_reserved, CKR_ARGUMENTS_BAD),
-    C("C_Initialize pReserved non-NULL + OS_LOCKING_OK", t_init_reserved_oslock, CKR_ARGUMENTS_BAD),
-    C("C_Initialize only CreateMutex", t_init_partial1, CKR_ARGUMENTS_BAD),
-    C("C_Initialize 3 of 4 mutex fns", t_init_partial3, CKR_ARGUMENTS_BAD),
-    C("C_Initialize OS_LOCKING_OK + only UnlockMutex", t_init_partial_os, CKR_ARGUMENTS_BAD),
-    C("C_Initialize mutex fns without OS_LOCKING_OK", t_init_mutex_nolock, CKR_CANT_LOCK),
-    C("C_GetFunctionList(NULL)", t_getfl_null, CKR_ARGUMENTS_BAD),
-    C("C_Initialize(NULL)", t_init_ok, CKR_OK),
-    C("C_Initialize twice", t_init_again_null, CKR_CRYPTOKI_ALREADY_INITIALIZED),
-    C("C_Initialize twice with args", t_init_again_args, CKR_CRYPTOKI_ALREADY_INITIALIZED),
-    C("C_Finalize pReserved non-NULL", t_finalize_reserved, CKR_ARGUMENTS_BAD),
+    ROWS_INIT_ARGS
     /* slots */
-    C("C_GetSlotInfo bad slot", t_slotinfo_bad, CKR_SLOT_ID_INVALID),
-    C("C_GetSlotInfo slot 0xdeadbeef", t_slotinfo_deadbeef, CKR_SLOT_ID_INVALID),
-    C("C_GetTokenInfo bad slot", t_tokinfo_bad, CKR_SLOT_ID_INVALID),
-    C("C_GetMechanismList bad slot", t_mechlist_bad, CKR_SLOT_ID_INVALID),
-    C("C_GetMechanismInfo bad slot", t_mechinfo_bad, CKR_SLOT_ID_INVALID),
-    C("C_OpenSession bad slot", t_open_bad, CKR_SLOT_ID_INVALID),
-    C("C_CloseAllSessions bad slot", t_closeall_bad, CKR_SLOT_ID_INVALID),
+    ROWS_BAD_SLOTS
     C("C_InitToken bad slot", t_inittoken_bad, CKR_SLOT_ID_INVALID),
     /* NULL out-pointers */
-    C("C_GetInfo(NULL)", t_getinfo_null, CKR_ARGUMENTS_BAD),
-    C("C_GetSlotList NULL count", t_slotlist_null, CKR_ARGUMENTS_BAD),
-    C("C_GetSlotInfo NULL info", t_slotinfo_null, CKR_ARGUMENTS_BAD),
-    C("C_GetTokenInfo NULL info", t_tokinfo_null, CKR_ARGUMENTS_BAD),
-    C("C_GetMechanismList NULL count", t_mechlist_null, CKR_ARGUMENTS_BAD),
-    C("C_GetMechanismInfo NULL info", t_mechinfo_null, CKR_ARGUMENTS_BAD),
-    C("C_OpenSession NULL phSession", t_open_null, CKR_ARGUMENTS_BAD),
-    C("C_OpenSession without CKF_SERIAL_SESSION", t_open_noserial, CKR_SESSION_PARALLEL_NOT_SUPPORTED),
+    ROWS_NULL_OUT
     C("C_InitToken NULL label", t_inittoken_nulllabel, CKR_ARGUMENTS_BAD),
     C("C_WaitForSlotEvent NULL pSlot", t_wait_null, CKR_ARGUMENTS_BAD, CKR_FUNCTION_NOT_SUPPORTED),
     C("C_GetMechanismInfo unknown mechanism", t_mechinfo_unknown, CKR_MECHANISM_INVALID),
@@ -862,11 +990,7 @@ static const struct tcase cases[] = {
     C("C_GetMechanismList too small", t_mechlist_small, CKR_BUFFER_TOO_SMALL),
     C("C_GetMechanismList full", t_mechlist_full, CKR_OK),
     /* sessions */
-    C("open RO session", t_open_ro, CKR_OK),
-    C("open RW session", t_open_rw, CKR_OK),
-    C("open + close a session", t_open_closed, CKR_OK),
-    C("C_GetSessionInfo NULL info", t_sessinfo_null, CKR_ARGUMENTS_BAD),
-    C("C_GetSessionInfo RO public", t_sessinfo_ro, CKR_OK),
+    ROWS_SESSIONS
     /* login and PIN */
     C("C_Logout not logged in", t_logout_notin, CKR_USER_NOT_LOGGED_IN),
     C("C_Login user type 5", t_login_badtype, CKR_USER_TYPE_INVALID),
@@ -905,42 +1029,24 @@ static const struct tcase cases[] = {
     C("create token AES key", t_mk_tok, CKR_OK),
     C("create + destroy a key", t_mk_destroyed, CKR_OK),
     /* templates */
-    C("C_CreateObject CKA_LOCAL", t_cr_local, CKR_ATTRIBUTE_READ_ONLY),
-    C("C_CreateObject CKA_ALWAYS_SENSITIVE", t_cr_alwayssens, CKR_ATTRIBUTE_READ_ONLY),
-    C("C_CreateObject CKA_NEVER_EXTRACTABLE", t_cr_neverext, CKR_ATTRIBUTE_READ_ONLY),
-    C("C_CreateObject CKA_KEY_GEN_MECHANISM", t_cr_kgm, CKR_ATTRIBUTE_READ_ONLY),
-    C("C_CreateObject CKA_UNIQUE_ID", t_cr_uid, CKR_ATTRIBUTE_READ_ONLY),
+    ROWS_CREATE_TEMPLATES
     C("C_GenerateKey CKA_LOCAL", t_gk_local, CKR_ATTRIBUTE_READ_ONLY),
     C("C_GenerateKey CKA_ALWAYS_SENSITIVE", t_gk_alwayssens, CKR_ATTRIBUTE_READ_ONLY),
     C("C_GenerateKey CKA_NEVER_EXTRACTABLE", t_gk_neverext, CKR_ATTRIBUTE_READ_ONLY),
     C("C_GenerateKey CKA_KEY_GEN_MECHANISM", t_gk_kgm, CKR_ATTRIBUTE_READ_ONLY),
     C("C_GenerateKey CKA_UNIQUE_ID", t_gk_uid, CKR_ATTRIBUTE_READ_ONLY),
-    C("C_CreateObject CKA_MODULUS on secret key", t_cr_modulus, CKR_ATTRIBUTE_TYPE_INVALID),
-    C("C_CreateObject CKA_EC_PARAMS on secret key", t_cr_ecparams, CKR_ATTRIBUTE_TYPE_INVALID),
-    C("C_CreateObject unassigned attribute type", t_cr_vendor_attr, CKR_ATTRIBUTE_TYPE_INVALID),
     C("C_GenerateKey CKA_MODULUS_BITS", t_gk_modulus_bits, CKR_ATTRIBUTE_TYPE_INVALID),
     C("C_GenerateKey CKA_CERTIFICATE_TYPE", t_gk_certtype, CKR_ATTRIBUTE_TYPE_INVALID),
-    C("C_CreateObject CK_BBOOL given as CK_ULONG", t_cr_bool_ulong, CKR_ATTRIBUTE_VALUE_INVALID),
-    C("C_CreateObject CKA_CLASS of 1 byte", t_cr_class_1byte, CKR_ATTRIBUTE_VALUE_INVALID),
-    C("C_CreateObject CKA_KEY_TYPE of 2 bytes", t_cr_keytype_2byte, CKR_ATTRIBUTE_VALUE_INVALID),
     C("C_GenerateKey CKA_VALUE_LEN of 1 byte", t_gk_valuelen_1byte, CKR_ATTRIBUTE_VALUE_INVALID),
     C("C_GenerateKey CKA_TOKEN as CK_ULONG", t_gk_token_ulong, CKR_ATTRIBUTE_VALUE_INVALID),
     C("C_GenerateKey CKA_SENSITIVE of 0 bytes", t_gk_sens_0len, CKR_ATTRIBUTE_VALUE_INVALID),
-    C("C_CreateObject CKA_ENCRYPT true and false", t_cr_dup_encrypt, CKR_TEMPLATE_INCONSISTENT),
-    C("C_CreateObject CKA_KEY_TYPE AES and generic", t_cr_dup_keytype, CKR_TEMPLATE_INCONSISTENT),
     C("C_GenerateKey CKA_VALUE_LEN 16 and 32", t_gk_dup_len, CKR_TEMPLATE_INCONSISTENT),
     C("C_GenerateKey CKA_DECRYPT false and true", t_gk_dup_sign, CKR_TEMPLATE_INCONSISTENT),
-    C("C_CreateObject AES without CKA_VALUE", t_cr_novalue, CKR_TEMPLATE_INCOMPLETE),
-    C("C_CreateObject without CKA_CLASS", t_cr_noclass, CKR_TEMPLATE_INCOMPLETE),
-    C("C_CreateObject bogus CKA_CLASS", t_cr_badclass, CKR_ATTRIBUTE_VALUE_INVALID),
-    C("C_CreateObject 7-byte AES key", t_cr_shortaes, CKR_ATTRIBUTE_VALUE_INVALID, CKR_KEY_SIZE_RANGE),
     C("C_GenerateKey AES without CKA_VALUE_LEN", t_gk_nolen, CKR_TEMPLATE_INCOMPLETE),
     /* 7 is not an AES key length: VALUE_INVALID or KEY_SIZE_RANGE (both in spec) */
     C("C_GenerateKey AES CKA_VALUE_LEN 7", t_gk_len7, CKR_ATTRIBUTE_VALUE_INVALID, CKR_KEY_SIZE_RANGE),
     C("C_GenerateKey AES mech with CKK_DES3", t_gk_des3_type, CKR_TEMPLATE_INCONSISTENT),
     C("C_GenerateKey with CKA_VALUE", t_gk_value, CKR_ATTRIBUTE_READ_ONLY, CKR_TEMPLATE_INCONSISTENT),
-    C("C_CreateObject NULL template, count 3", t_cr_nulltmpl, CKR_ARGUMENTS_BAD),
-    C("C_CreateObject NULL phObject", t_cr_nullout, CKR_ARGUMENTS_BAD),
     C("C_GenerateKey NULL mechanism", t_gk_nullmech, CKR_ARGUMENTS_BAD),
     C("C_GenerateKey NULL phKey", t_gk_nullout, CKR_ARGUMENTS_BAD),
     C("C_GenerateKey unknown mechanism", t_gk_unknown, CKR_MECHANISM_INVALID),
@@ -994,24 +1100,7 @@ static const struct tcase cases[] = {
     NOTINIT_OPS(NOTINIT)
     C("C_FindObjectsFinal without init", t_find_final_again, CKR_OPERATION_NOT_INITIALIZED),
     /* encrypt two-call protocol */
-    C("C_EncryptInit", t_encinit_ok, CKR_OK),
-    C("C_EncryptInit twice", t_encinit_again, CKR_OPERATION_ACTIVE),
-    C("C_Encrypt size query", t_enc_size, CKR_OK),
-    C("C_Encrypt too small", t_enc_small, CKR_BUFFER_TOO_SMALL),
-    C("C_Encrypt after too small", t_enc_full, CKR_OK),
-    C("C_Encrypt after the operation ended", t_enc_after_done, CKR_OPERATION_NOT_INITIALIZED),
-    C("C_Encrypt NULL length", t_enc_nulllen, CKR_ARGUMENTS_BAD),
-    C("C_EncryptInit after a failed C_Encrypt", t_enc_after_fail, CKR_OK),
-    C("C_EncryptInit(NULL) cancels", t_enc_cancel, CKR_OK),
-    C("C_EncryptInit after cancel", t_enc_after_cancel, CKR_OK),
-    C("encrypt state reset (setup)", t_enc_reset, CKR_OK),
-    C("C_Encrypt ECB 15 bytes", t_enc_badlen, CKR_DATA_LEN_RANGE),
-    C("C_Decrypt ECB 15 bytes", t_dec_badlen, CKR_ENCRYPTED_DATA_LEN_RANGE),
-    C("C_Decrypt ECB round trip", t_dec_roundtrip, CKR_OK),
-    C("C_DecryptInit twice", t_decinit_again, CKR_OPERATION_ACTIVE),
-    C("init order: a bad parameter alone", t_init_order_bad_param, CKR_MECHANISM_PARAM_INVALID),
-    C("init order: closed session before a bad parameter", t_init_order_session, CKR_SESSION_HANDLE_INVALID),
-    C("init order: active operation before a bad parameter", t_init_order_active, CKR_OPERATION_ACTIVE),
+    ROWS_ECB
     C("init order: active signature before a bad parameter", t_init_order_sign, CKR_OPERATION_ACTIVE),
     C("CBC_PAD C_EncryptUpdate 10 bytes", t_cbc_update, CKR_OK),
     C("CBC_PAD C_EncryptFinal too small", t_cbc_final_small, CKR_BUFFER_TOO_SMALL),
@@ -1043,23 +1132,11 @@ static const struct tcase cases[] = {
     C("C_SignInit twice", t_signinit_again, CKR_OPERATION_ACTIVE),
     C("C_SignInit unknown mechanism", t_sign_unknown, CKR_MECHANISM_INVALID),
     /* find */
-    C("C_FindObjectsInit", t_find_init, CKR_OK),
-    C("C_FindObjectsInit twice", t_find_init_again, CKR_OPERATION_ACTIVE),
-    C("C_FindObjects NULL handles", t_find_nullout, CKR_ARGUMENTS_BAD),
-    C("C_FindObjects NULL count", t_find_nullcount, CKR_ARGUMENTS_BAD),
+    ROWS_FIND_INIT
     C("C_FindObjects", t_find_ok, CKR_OK),
-    C("C_FindObjectsFinal", t_find_final, CKR_OK),
-    C("C_FindObjectsFinal twice", t_find_final_again, CKR_OPERATION_NOT_INITIALIZED),
-    C("C_FindObjectsInit NULL template, count 2", t_find_badtmpl, CKR_ARGUMENTS_BAD),
+    ROWS_FIND_END
     /* mechanism parameters */
-    C("AES-GCM params 1 byte short", t_gcm_short, CKR_MECHANISM_PARAM_INVALID),
-    C("AES-GCM params 8 bytes long", t_gcm_long, CKR_MECHANISM_PARAM_INVALID),
-    C("AES-GCM no params", t_gcm_null, CKR_MECHANISM_PARAM_INVALID),
-    C("AES-GCM NULL params with length", t_gcm_nullptr_len, CKR_MECHANISM_PARAM_INVALID, CKR_ARGUMENTS_BAD),
-    C("AES-GCM tag 129 bits", t_gcm_tag129, CKR_MECHANISM_PARAM_INVALID),
-    C("AES-GCM empty IV", t_gcm_iv0, CKR_MECHANISM_PARAM_INVALID),
-    C("AES-GCM encrypt", t_gcm_ok, CKR_OK),
-    C("AES-GCM decrypt with bad tag", t_gcm_badtag, CKR_AEAD_DECRYPT_FAILED, CKR_ENCRYPTED_DATA_INVALID),
+    ROWS_GCM
     C("AES-CBC-PAD 8-byte IV", t_cbc_iv8, CKR_MECHANISM_PARAM_INVALID),
     C("AES-CBC-PAD no IV", t_cbc_noiv, CKR_MECHANISM_PARAM_INVALID),
     C("AES-CBC 17-byte IV", t_cbc_iv17, CKR_MECHANISM_PARAM_INVALID),
@@ -1089,11 +1166,7 @@ static const struct tcase cases[] = {
     C("RO: C_UnwrapKey to token", t_ro_unwrap_tok, CKR_SESSION_READ_ONLY),
     C("RO: C_CreateObject session key", t_ro_create_session_ok, CKR_OK),
     /* misc */
-    C("C_GenerateRandom NULL buffer", t_rand_null, CKR_ARGUMENTS_BAD),
-    C("C_GenerateRandom", t_rand_ok, CKR_OK),
-    C("C_SeedRandom NULL seed", t_seed_null, CKR_ARGUMENTS_BAD, CKR_RANDOM_SEED_NOT_SUPPORTED),
-    C("C_Logout", t_logout_ok, CKR_OK),
-    C("C_Logout again", t_logout_again, CKR_USER_NOT_LOGGED_IN),
+    ROWS_RANDOM_LOGOUT
     /* k_aes was created while logged in without CKA_PRIVATE; the default for
      * a secret key is module-specific, so either result is acceptable */
     C("read key type after logout", t_priv_after_logout, CKR_OK, CKR_OBJECT_HANDLE_INVALID),
@@ -1134,12 +1207,126 @@ static const struct tcase cases[] = {
     OPS(AFTER)
 };
 
+/* The accelerator provider (libopencf_accel.so, docs/ACCEL.md) loaded on its own: one slot,
+ * no login required (any PIN is accepted, the SO has no role), session objects only, no
+ * secret value ever returned, and no digest, verification, key generation, wrapping or
+ * object copying (those stay in the software token): each of those answers
+ * CKR_FUNCTION_NOT_SUPPORTED. Templates are checked as the software token checks them.
+ * Rows that need an engine's mechanism are skipped, with a line, where slot 0 does not
+ * offer it (no AVX-512 IFMA, one core, or OPENCF_ACCEL_DISABLE). */
+#define ACCEL_SESSION_OPS(X)                                                 \
+    X(GetSessionInfo) X(Login) X(Logout) X(CreateObject) X(DestroyObject)    \
+    X(GetAttributeValue) X(FindObjectsInit) X(FindObjects)                   \
+    X(FindObjectsFinal) X(EncryptInit) X(Encrypt) X(EncryptUpdate)           \
+    X(EncryptFinal) X(DecryptInit) X(Decrypt) X(DecryptUpdate)               \
+    X(DecryptFinal) X(SignInit) X(Sign) X(SignUpdate) X(SignFinal)           \
+    X(UnwrapKey) X(SeedRandom) X(GenerateRandom) X(CloseSession)
+#define ACCEL_ABSENT_OPS(X)                                                  \
+    X(InitPIN) X(SetPIN) X(CopyObject) X(GetObjectSize) X(SetAttributeValue) \
+    X(DigestInit) X(Digest) X(DigestUpdate) X(DigestKey) X(DigestFinal)      \
+    X(VerifyInit) X(Verify) X(VerifyUpdate) X(VerifyFinal) X(GenerateKey)    \
+    X(GenerateKeyPair) X(WrapKey) X(DeriveKey)
+#define ACCEL_NOTINIT_OPS(X) X(Encrypt) X(EncryptUpdate) X(EncryptFinal) X(Decrypt) \
+    X(DecryptUpdate) X(DecryptFinal) X(Sign) X(SignUpdate) X(SignFinal) X(FindObjects) \
+    X(FindObjectsFinal)
+#define ABSENT(n) { .name = "not offered: C_" #n, .fn = t_op, .op = OP_##n, .sel = H_RW, \
+                    R(CKR_FUNCTION_NOT_SUPPORTED) },
+#define ACCEL_BADOBJ_ROWS(sfx, what) \
+    C("bad object " what ": C_GetAttributeValue", t_getattr_bad##sfx, CKR_OBJECT_HANDLE_INVALID), \
+    C("bad object " what ": C_DestroyObject", t_destroy_bad##sfx, CKR_OBJECT_HANDLE_INVALID), \
+    CN("bad key " what ": C_EncryptInit", CKM_AES_ECB, t_encinit_bad##sfx, CKR_KEY_HANDLE_INVALID), \
+    CN("bad key " what ": C_DecryptInit", CKM_AES_ECB, t_decinit_bad##sfx, CKR_KEY_HANDLE_INVALID),
+
+static const struct tcase accel_cases[] = {
+    OPS(PRE)
+    ROWS_INIT_ARGS
+    /* slots */
+    ROWS_BAD_SLOTS
+    C("C_InitToken (nothing to initialise)", t_inittoken_bad, CKR_FUNCTION_NOT_SUPPORTED),
+    ROWS_NULL_OUT
+    C("C_GetMechanismInfo unknown mechanism", t_mechinfo_unknown, CKR_MECHANISM_INVALID),
+    C("C_GetMechanismList size query", t_mechlist_size, CKR_OK),
+    C("C_GetMechanismList too small", t_mechlist_small, CKR_BUFFER_TOO_SMALL),
+    C("C_GetMechanismList full", t_acc_mechlist_full, CKR_OK),
+    /* sessions */
+    ROWS_SESSIONS
+    /* login: accepted with any PIN, for applications that always log in */
+    C("C_Logout not logged in", t_logout_notin, CKR_USER_NOT_LOGGED_IN),
+    C("C_Login user type 5", t_login_badtype, CKR_USER_TYPE_INVALID),
+    C("C_Login NULL PIN with length", t_login_nullpin, CKR_ARGUMENTS_BAD),
+    C("C_Login SO (no SO role)", t_acc_login_so, CKR_USER_TYPE_INVALID),
+    C("C_Login user, any PIN", t_login_wrong, CKR_OK),
+    C("C_Login user again", t_login_user_again, CKR_USER_ALREADY_LOGGED_IN),
+    /* objects */
+    C("create AES key", t_mk_aes, CKR_OK),
+    C("create AES key without CKA_ENCRYPT", t_mk_noenc, CKR_OK),
+    C("create + destroy a key", t_mk_destroyed, CKR_OK),
+    C("create generic secret (no engine for it)", t_mk_hmac, CKR_ATTRIBUTE_VALUE_INVALID),
+    C("create token object (no storage)", t_mk_tok, CKR_ATTRIBUTE_VALUE_INVALID),
+    /* templates, as the software token checks them */
+    ROWS_CREATE_TEMPLATES
+    /* bad session handles; what the provider does not offer */
+    ACCEL_SESSION_OPS(BADS)
+    OPTIONAL_OPS(BADS_OPT)
+    ACCEL_ABSENT_OPS(ABSENT)
+    /* bad object / key handles */
+    ACCEL_BADOBJ_ROWS(0, "0")
+    ACCEL_BADOBJ_ROWS(D, "0xdeadbeef")
+    ACCEL_BADOBJ_ROWS(X, "destroyed")
+    CN("bad key: C_SignInit", CKM_RSA_PKCS, t_acc_signinit_bad, CKR_KEY_HANDLE_INVALID),
+    /* attributes */
+    C("read CKA_VALUE of an AES key (never returned)", t_acc_value_hidden, CKR_ATTRIBUTE_SENSITIVE),
+    C("read CKA_MODULUS of secret key", t_getattr_invalid, CKR_ATTRIBUTE_TYPE_INVALID),
+    C("C_GetAttributeValue NULL template", t_getattr_nulltmpl, CKR_ARGUMENTS_BAD),
+    /* unwrapping */
+    C("C_UnwrapKey unwrapper without CKA_UNWRAP", t_acc_unwrap_nounwrap, CKR_KEY_FUNCTION_NOT_PERMITTED),
+    C("C_UnwrapKey bad unwrapping key", t_acc_unwrap_badhandle, CKR_UNWRAPPING_KEY_HANDLE_INVALID),
+    C("C_UnwrapKey NULL phKey", t_acc_unwrap_nullout, CKR_ARGUMENTS_BAD),
+    /* operations not initialised */
+    ACCEL_NOTINIT_OPS(NOTINIT)
+    /* find */
+    ROWS_FIND_INIT
+    C("C_FindObjects: the two keys", t_acc_find_ok, CKR_OK),
+    ROWS_FIND_END
+    /* encryption on the bulk engine: the two-call protocol, lengths, the order of an init's checks */
+    ROWS_ECB
+    CN("C_EncryptInit key without CKA_ENCRYPT", CKM_AES_ECB, t_use_enc_noenc, CKR_KEY_FUNCTION_NOT_PERMITTED),
+    C("C_EncryptInit unknown mechanism", t_enc_unknown, CKR_MECHANISM_INVALID),
+    C("C_EncryptInit CKM_SHA256", t_enc_sha_mech, CKR_MECHANISM_INVALID),
+    C("C_EncryptInit AES-CBC-PAD (not offered)", t_cbc_iv8, CKR_MECHANISM_INVALID),
+    C("C_EncryptInit NULL mechanism, nothing active", t_enc_nullmech, CKR_ARGUMENTS_BAD, CKR_OK,
+      CKR_OPERATION_NOT_INITIALIZED),
+    C("C_DecryptInit unknown mechanism", t_acc_dec_unknown, CKR_MECHANISM_INVALID),
+    /* AES-GCM parameters */
+    ROWS_GCM
+    /* signing: the mechanism is checked before the key */
+    C("C_SignInit unknown mechanism", t_acc_sign_unknown, CKR_MECHANISM_INVALID),
+    C("C_SignInit HMAC (not offered)", t_acc_sign_hmac, CKR_MECHANISM_INVALID),
+    CN("C_SignInit RSA with an AES key", CKM_RSA_PKCS, t_acc_signinit_aes, CKR_KEY_TYPE_INCONSISTENT),
+    /* misc */
+    ROWS_RANDOM_LOGOUT
+    C("C_CloseAllSessions slot 0", t_closeall0, CKR_OK),
+    C("session gone after C_CloseAllSessions", t_closed_by_all, CKR_SESSION_HANDLE_INVALID),
+    C("C_Finalize", t_finalize, CKR_OK),
+    OPS(AFTER)
+};
+
+/* Whether slot 0 offers mechanism m (for the rows that need an engine). */
+static int offered(CK_MECHANISM_TYPE m)
+{
+    CK_MECHANISM_INFO mi;
+    return F->C_GetMechanismInfo(SLOT0, m, &mi) == CKR_OK;
+}
+
 int main(int argc, char **argv)
 {
-    const char *path = argc > 1 ? argv[1] : "target/release/libopencf_softtoken.so";
+    int accel = argc > 1 && strcmp(argv[1], "--accel") == 0;
+    const char *path = argc > 1 + accel ? argv[1 + accel] : "target/release/libopencf_softtoken.so";
+    const struct tcase *table = accel ? accel_cases : cases;
+    size_t rows = accel ? sizeof accel_cases / sizeof accel_cases[0] : sizeof cases / sizeof cases[0];
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     CK_C_GetFunctionList gfl;
-    size_t i, passed = 0, failed = 0;
+    size_t i, passed = 0, failed = 0, skipped = 0;
 
     if (!lib) {
         fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
@@ -1150,11 +1337,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "C_GetFunctionList failed\n");
         return 2;
     }
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const struct tcase *c = &cases[i];
+    for (i = 0; i < rows; i++) {
+        const struct tcase *c = &table[i];
         CK_RV rv;
         int j, ok = 0;
         check_msg[0] = 0;
+        if (c->need && !offered(c->need)) {
+            printf("SKIP %s: slot 0 does not offer mechanism 0x%lx here\n", c->name, c->need);
+            skipped++;
+            continue;
+        }
         rv = c->fn(c);
         for (j = 0; j < c->nwant; j++)
             if (rv == c->want[j])
@@ -1169,7 +1361,10 @@ int main(int argc, char **argv)
             printf("%s%s", j ? "|" : "", rvname(c->want[j]));
         printf("\n");
     }
-    printf("%zu passed, %zu failed\n", passed, failed);
+    if (skipped)
+        printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
+    else
+        printf("%zu passed, %zu failed\n", passed, failed);
     fflush(stdout);
     return failed ? 1 : 0;
 }

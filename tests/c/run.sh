@@ -1,8 +1,8 @@
 #!/bin/sh
-# Build and run the table-driven bad-input test against the softtoken module, then the
-# differential sequence test (seqdiff.c): random call sequences through slot 0 of the
-# framework, and through the software token's own slot there, must get the answers the
-# softtoken gives when loaded alone.
+# Build and run the table-driven bad-input test against the softtoken module and the
+# accelerator provider, then the differential sequence test (seqdiff.c): random call
+# sequences through slot 0 of the framework, and through the software token's own slot
+# there, must get the answers the softtoken gives when loaded alone.
 #   MODULE=path/to/module.so tests/c/run.sh     (default: release softtoken)
 #   SANITIZE=0 tests/c/run.sh                   (build without ASan/UBSan)
 #   SEQDIFF_FIRST=N SEQDIFF_SEEDS=N SEQDIFF_STEPS=N tests/c/run.sh
@@ -28,6 +28,15 @@ OPENCF_SOFTTOKEN_DIR=$(mktemp -d)
 export OPENCF_SOFTTOKEN_DIR
 trap 'rm -rf "$OPENCF_SOFTTOKEN_DIR"' EXIT
 ./target/badinput "$MODULE"
+# The accelerator provider loaded on its own has a table of its own (no token storage, no
+# login, engine rows skipped where the engine is absent); run again as on a CPU without the
+# engines.
+ACCEL=target/release/libopencf_accel.so
+if [ ! -f "$ACCEL" ]; then
+    cargo build --release -p opencf-accel
+fi
+./target/badinput --accel "$ACCEL"
+OPENCF_ACCEL_DISABLE=ifma,bulk ./target/badinput --accel "$ACCEL"
 
 FRAMEWORK=target/release/libopencf.so
 if [ ! -f "$FRAMEWORK" ] || [ ! -f target/release/libopencf_softtoken.so ]; then

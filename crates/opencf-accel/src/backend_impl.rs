@@ -4,7 +4,10 @@
 
 use crate::Accel;
 use opencf_abi::sys::*;
-use opencf_abi::{AsyncDone, AttrValue, Attribute, Backend, CkResult, InitArgs, Mechanism, OutBuf};
+use opencf_abi::{
+    AsyncDone, AttrValue, Attribute, Backend, CkResult, InitArgs, MechRef, Mechanism, OutBuf,
+    RawMechanism,
+};
 
 impl Backend for Accel {
     fn initialize(args: &InitArgs) -> CkResult<Self> {
@@ -98,7 +101,15 @@ impl Backend for Accel {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        Accel::encrypt_init(self, s, m, key)
+        Accel::encrypt_init(self, s, MechRef::Parsed(m), key)
+    }
+    fn encrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Accel::encrypt_init(self, s, MechRef::Raw(m), key)
     }
     fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         Accel::encrypt(self, s, data, out)
@@ -115,7 +126,15 @@ impl Backend for Accel {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        Accel::decrypt_init(self, s, m, key)
+        Accel::decrypt_init(self, s, MechRef::Parsed(m), key)
+    }
+    fn decrypt_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Accel::decrypt_init(self, s, MechRef::Raw(m), key)
     }
     fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         Accel::decrypt(self, s, data, out)
@@ -132,7 +151,15 @@ impl Backend for Accel {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        Accel::sign_init(self, s, m, key)
+        Accel::sign_init(self, s, MechRef::Parsed(m), key)
+    }
+    fn sign_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<()> {
+        Accel::sign_init(self, s, MechRef::Raw(m), key)
     }
     fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
         Accel::sign(self, s, data, out)

@@ -9,7 +9,7 @@ use crate::mech::{self, DecryptOp};
 use crate::pending::Then;
 use crate::{lock, Accel, Session};
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism, OutBuf};
+use opencf_abi::{CkResult, MechRef, Mechanism, OutBuf};
 use std::sync::{Arc, Mutex};
 
 /// An active decryption: RSA, or one on the bulk engine.
@@ -22,14 +22,19 @@ pub(crate) enum Decrypt {
 pub(crate) type Taken = (Arc<Mutex<Session>>, BulkOp);
 
 impl Accel {
-    /// `C_EncryptInit`.
+    /// `C_EncryptInit`. The session and an active operation are checked before the
+    /// mechanism's parameter is read.
     pub(crate) fn encrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
-        m: &Mechanism,
+        m: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        self.start(s, |st| &mut st.encrypt, || self.bulk_op(m, key, true))
+        self.start(
+            s,
+            |st| &mut st.encrypt,
+            || m.with_parsed(|m| self.bulk_op(m, key, true)),
+        )
     }
 
     /// `C_Encrypt`.
@@ -60,27 +65,31 @@ impl Accel {
         self.bulk_final(self.take_encrypt(s), out)
     }
 
-    /// `C_DecryptInit`.
+    /// `C_DecryptInit`. The session and an active operation are checked before the
+    /// mechanism's parameter is read.
     pub(crate) fn decrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
-        m: &Mechanism,
+        m: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         self.not_pending(s, "C_Decrypt")?;
         self.start(
             s,
             |st| &mut st.decrypt,
-            || match m.mechanism {
-                CKM_AES_GCM | CKM_AES_CTR | CKM_AES_ECB => {
-                    self.bulk_op(m, key, false).map(Decrypt::Bulk)
-                }
-                _ => DecryptOp::new(
-                    m,
-                    self.engine_key(key, CKK_RSA, CKA_DECRYPT, m.mechanism)?
-                        .rsa()?,
-                )
-                .map(Decrypt::Rsa),
+            || {
+                m.with_parsed(|m| match m.mechanism {
+                    CKM_AES_GCM | CKM_AES_CTR | CKM_AES_ECB => {
+                        self.bulk_op(m, key, false).map(Decrypt::Bulk)
+                    }
+                    t if !mech::serves(t, CKF_DECRYPT) => Err(CKR_MECHANISM_INVALID),
+                    _ => DecryptOp::new(
+                        m,
+                        self.engine_key(key, CKK_RSA, CKA_DECRYPT, m.mechanism)?
+                            .rsa()?,
+                    )
+                    .map(Decrypt::Rsa),
+                })
             },
         )
     }

@@ -56,6 +56,13 @@ pub fn list(engine: bool, bulk: bool) -> Vec<CK_MECHANISM_TYPE> {
     engines.chain(aes).chain(UNWRAP_MECHS).collect()
 }
 
+/// Whether the engines serve `m` for the operation `flag` (`CKF_SIGN` or `CKF_DECRYPT`) with
+/// a private key: another mechanism is `CKR_MECHANISM_INVALID` at init, before the key is
+/// looked at.
+pub fn serves(m: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> bool {
+    RSA_MECHS.iter().any(|&(t, f)| t == m && f & flag != 0) || (m == CKM_ECDSA && flag == CKF_SIGN)
+}
+
 /// `C_GetMechanismInfo`.
 pub fn info(engine: bool, bulk: bool, m: CK_MECHANISM_TYPE) -> CkResult<CK_MECHANISM_INFO> {
     let aes = |flags| {

@@ -6,7 +6,10 @@
 //! `CKR_ATTRIBUTE_VALUE_INVALID`); secret values (`CKA_VALUE` of a secret key, the private
 //! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
 //! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
-//! false unless the template sets them. The engine form of an RSA key and the GCM, CTR and ECB forms
+//! false unless the template sets them. A template is checked as the software token checks it
+//! ([`opencf_abi::schema`]): an attribute only a token sets is `CKR_ATTRIBUTE_READ_ONLY`, one of
+//! another class `CKR_ATTRIBUTE_TYPE_INVALID`, a type given twice with different values
+//! `CKR_TEMPLATE_INCONSISTENT`; the other attributes of the class are kept as given. The engine form of an RSA key and the GCM, CTR and ECB forms
 //! of an AES key are built on first use and kept with the object. An EC private key of another
 //! curve than P-256 is kept but served by no engine (`CKR_KEY_SIZE_RANGE` at `C_SignInit`).
 
@@ -14,6 +17,7 @@ use crate::blocks::AesKey;
 use crate::ecdsa::{self, EcdsaKey};
 use crate::gcm::GcmKey;
 use crate::rsa::{RsaKey, RsaParts};
+use opencf_abi::schema;
 use opencf_abi::sys::*;
 use opencf_abi::{AttrValue, Attribute, CkResult};
 use openssl::bn::BigNum;
@@ -182,10 +186,14 @@ impl Object {
         material: Material,
         session: CK_SESSION_HANDLE,
     ) -> CkResult<Object> {
+        let class = ulong(template, CKA_CLASS)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
+        if !matches!(class, CKO_PRIVATE_KEY | CKO_PUBLIC_KEY | CKO_SECRET_KEY) {
+            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+        }
+        schema::check_template(template, class)?;
         if find(template, CKA_TOKEN).map(|a| a.as_bool()).transpose()? == Some(true) {
             return Err(CKR_ATTRIBUTE_VALUE_INVALID);
         }
-        let class = ulong(template, CKA_CLASS)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
         let key_type = ulong(template, CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
         let from_template = matches!(material, Material::Template);
         if !from_template && SECRET.iter().any(|k| find(template, *k).is_some()) {
@@ -266,9 +274,6 @@ impl Object {
                 attrs.push(Attribute::ulong(CKA_VALUE_LEN, v.len() as CK_ULONG));
                 Secret::Aes(v)
             }
-            (CKO_PRIVATE_KEY | CKO_PUBLIC_KEY | CKO_SECRET_KEY, _, _) => {
-                return Err(CKR_ATTRIBUTE_VALUE_INVALID)
-            }
             _ => return Err(CKR_ATTRIBUTE_VALUE_INVALID),
         };
         for k in FLAGS {
@@ -293,6 +298,12 @@ impl Object {
                 .and_then(|a| BigNum::from_slice(&a.value).ok())
                 .map_or(0, |b| b.num_bits());
             attrs.push(Attribute::ulong(CKA_MODULUS_BITS, bits as CK_ULONG));
+        }
+        // Any other attribute of the class (CKA_SUBJECT, templates, …) is kept as given.
+        for a in template {
+            if !SECRET.contains(&a.kind) && !attrs.iter().any(|b| b.kind == a.kind) {
+                attrs.push(a.clone());
+            }
         }
         Ok(Object {
             class,

@@ -3,11 +3,11 @@
 //! P-256 with OpenSSL, or on the P-256 engine in asynchronous sessions.
 
 use crate::ecdsa;
-use crate::mech::SignOp;
+use crate::mech::{self, SignOp};
 use crate::pending::{AsyncOp, Then};
 use crate::{lock, Accel, Session};
 use opencf_abi::sys::*;
-use opencf_abi::{CkResult, Mechanism, OutBuf};
+use opencf_abi::{CkResult, MechRef, OutBuf};
 use std::sync::Mutex;
 
 /// An active signature: RSA, or ECDSA with a P-256 key.
@@ -26,26 +26,30 @@ impl Sign {
 }
 
 impl Accel {
-    /// `C_SignInit`.
+    /// `C_SignInit`. The session and an active operation are checked before the mechanism's
+    /// parameter is read.
     pub(crate) fn sign_init(
         &self,
         s: CK_SESSION_HANDLE,
-        m: &Mechanism,
+        m: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         self.not_pending(s, "C_Sign")?;
         self.start(
             s,
             |st| &mut st.sign,
-            || match m.mechanism {
-                CKM_ECDSA => {
-                    let k = self.engine_key(key, CKK_EC, CKA_SIGN, m.mechanism)?;
-                    ecdsa::EcdsaOp::new(m, k.ecdsa()?).map(Sign::Ecdsa)
-                }
-                _ => {
-                    let k = self.engine_key(key, CKK_RSA, CKA_SIGN, m.mechanism)?;
-                    SignOp::new(m, k.rsa()?).map(Sign::Rsa)
-                }
+            || {
+                m.with_parsed(|m| match m.mechanism {
+                    t if !mech::serves(t, CKF_SIGN) => Err(CKR_MECHANISM_INVALID),
+                    CKM_ECDSA => {
+                        let k = self.engine_key(key, CKK_EC, CKA_SIGN, m.mechanism)?;
+                        ecdsa::EcdsaOp::new(m, k.ecdsa()?).map(Sign::Ecdsa)
+                    }
+                    _ => {
+                        let k = self.engine_key(key, CKK_RSA, CKA_SIGN, m.mechanism)?;
+                        SignOp::new(m, k.rsa()?).map(Sign::Rsa)
+                    }
+                })
             },
         )
     }

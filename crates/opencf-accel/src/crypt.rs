@@ -22,8 +22,8 @@ pub(crate) enum Decrypt {
 pub(crate) type Taken = (Arc<Mutex<Session>>, BulkOp);
 
 impl Accel {
-    /// `C_EncryptInit`. The session and an active operation are checked before the
-    /// mechanism's parameter is read.
+    /// `C_EncryptInit`: checks the session, an active operation, the mechanism, the
+    /// layout of its parameter, the key, then the parameter's values.
     pub(crate) fn encrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
@@ -33,7 +33,10 @@ impl Accel {
         self.start(
             s,
             |st| &mut st.encrypt,
-            || m.with_parsed(|m| self.bulk_op(m, key, true)),
+            || {
+                self.check_bulk_mech(m.mechanism())?;
+                m.with_parsed(|m| self.bulk_op(m, key, true))
+            },
         )
     }
 
@@ -65,8 +68,8 @@ impl Accel {
         self.bulk_final(self.take_encrypt(s), out)
     }
 
-    /// `C_DecryptInit`. The session and an active operation are checked before the
-    /// mechanism's parameter is read.
+    /// `C_DecryptInit`: checks the session, an active operation, the mechanism, the
+    /// layout of its parameter, the key, then the parameter's values.
     pub(crate) fn decrypt_init(
         &self,
         s: CK_SESSION_HANDLE,
@@ -78,17 +81,18 @@ impl Accel {
             s,
             |st| &mut st.decrypt,
             || {
-                m.with_parsed(|m| match m.mechanism {
-                    CKM_AES_GCM | CKM_AES_CTR | CKM_AES_ECB => {
-                        self.bulk_op(m, key, false).map(Decrypt::Bulk)
+                let bulk = mech::BULK_MECHS.contains(&m.mechanism());
+                if bulk {
+                    self.check_bulk_mech(m.mechanism())?;
+                } else if !mech::serves(m.mechanism(), CKF_DECRYPT) {
+                    return Err(CKR_MECHANISM_INVALID);
+                }
+                m.with_parsed(|m| {
+                    if bulk {
+                        return self.bulk_op(m, key, false).map(Decrypt::Bulk);
                     }
-                    t if !mech::serves(t, CKF_DECRYPT) => Err(CKR_MECHANISM_INVALID),
-                    _ => DecryptOp::new(
-                        m,
-                        self.engine_key(key, CKK_RSA, CKA_DECRYPT, m.mechanism)?
-                            .rsa()?,
-                    )
-                    .map(Decrypt::Rsa),
+                    let k = self.engine_key(key, CKK_RSA, CKA_DECRYPT, m.mechanism)?;
+                    DecryptOp::new(m, k.rsa()?).map(Decrypt::Rsa)
                 })
             },
         )
@@ -150,6 +154,15 @@ impl Accel {
         self.bulk_final(self.take_bulk_decrypt(s), out)
     }
 
+    /// `CKR_MECHANISM_INVALID` unless `t` is a mechanism of the bulk engine and the engine
+    /// is offered here.
+    fn check_bulk_mech(&self, t: CK_MECHANISM_TYPE) -> CkResult<()> {
+        if self.bulk.is_none() || !mech::BULK_MECHS.contains(&t) {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        Ok(())
+    }
+
     /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`
     /// (`CKR_MECHANISM_INVALID` without the bulk engine).
     pub(crate) fn bulk_op(
@@ -158,9 +171,7 @@ impl Accel {
         h: CK_OBJECT_HANDLE,
         encrypt: bool,
     ) -> CkResult<BulkOp> {
-        if self.bulk.is_none() || !mech::BULK_MECHS.contains(&m.mechanism) {
-            return Err(CKR_MECHANISM_INVALID);
-        }
+        self.check_bulk_mech(m.mechanism)?;
         let usage = if encrypt { CKA_ENCRYPT } else { CKA_DECRYPT };
         let o = self.key(h, (CKO_SECRET_KEY, CKK_AES), usage, m.mechanism)?;
         match m.mechanism {

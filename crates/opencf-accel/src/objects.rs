@@ -7,11 +7,12 @@
 //! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
 //! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
 //! false unless the template sets them. A template is checked as the software token checks it
-//! ([`opencf_abi::schema`]): an attribute only a token sets is `CKR_ATTRIBUTE_READ_ONLY`, one of
-//! another class `CKR_ATTRIBUTE_TYPE_INVALID`, a type given twice with different values
-//! `CKR_TEMPLATE_INCONSISTENT`; the other attributes of the class are kept as given. The engine form of an RSA key and the GCM, CTR and ECB forms
-//! of an AES key are built on first use and kept with the object. An EC private key of another
-//! curve than P-256 is kept but served by no engine (`CKR_KEY_SIZE_RANGE` at `C_SignInit`).
+//! ([`opencf_abi::schema`]): an attribute only a token sets is `CKR_ATTRIBUTE_READ_ONLY`, one
+//! of another class `CKR_ATTRIBUTE_TYPE_INVALID`, a type given twice with different values
+//! `CKR_TEMPLATE_INCONSISTENT`; the other attributes of the class are kept as given. The engine
+//! form of an RSA key and the GCM, CTR and ECB forms of an AES key are built on first use and
+//! kept with the object. An EC private key of another curve than P-256 is kept but served by
+//! no engine (`CKR_KEY_SIZE_RANGE` at `C_SignInit`).
 
 use crate::blocks::AesKey;
 use crate::ecdsa::{self, EcdsaKey};

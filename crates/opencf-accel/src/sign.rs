@@ -26,8 +26,8 @@ impl Sign {
 }
 
 impl Accel {
-    /// `C_SignInit`. The session and an active operation are checked before the mechanism's
-    /// parameter is read.
+    /// `C_SignInit`: checks the session, an active operation, the mechanism, the layout of
+    /// its parameter, the key, then the parameter's values.
     pub(crate) fn sign_init(
         &self,
         s: CK_SESSION_HANDLE,
@@ -39,8 +39,10 @@ impl Accel {
             s,
             |st| &mut st.sign,
             || {
+                if !mech::serves(m.mechanism(), CKF_SIGN) {
+                    return Err(CKR_MECHANISM_INVALID);
+                }
                 m.with_parsed(|m| match m.mechanism {
-                    t if !mech::serves(t, CKF_SIGN) => Err(CKR_MECHANISM_INVALID),
                     CKM_ECDSA => {
                         let k = self.engine_key(key, CKK_EC, CKA_SIGN, m.mechanism)?;
                         ecdsa::EcdsaOp::new(m, k.ecdsa()?).map(Sign::Ecdsa)

@@ -681,21 +681,24 @@ impl Worker {
                 .collect();
             rsa::check_halves(kind, halves)
         }));
+        // Counted before any caller is answered, so that a caller that reads the counters
+        // after its answer finds its pass in them.
         let counted = counters::get();
         counters::add(counted.rsa_passes, 1);
         counters::add(counted.rsa_halves, batch.len());
+        let faults = results
+            .as_ref()
+            .map_or(batch.len(), |c| c.iter().filter(|c| c.is_none()).count());
+        counters::add(counted.rsa_faults, faults);
         // A panic drops the repliers unanswered, and so does a half that failed its check:
         // the callers see an engine error, and the result is never released.
-        let mut faults = batch.len();
         if let Ok(checked) = results {
             for (h, c) in batch.into_iter().zip(checked) {
                 if let Some(c) = c {
                     h.reply.send(c);
-                    faults -= 1;
                 }
             }
         }
-        counters::add(counted.rsa_faults, faults);
     }
 }
 

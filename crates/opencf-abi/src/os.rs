@@ -44,9 +44,41 @@ pub fn process_cpu_times() -> Option<(Duration, Duration)> {
     process_usage().map(|u| (u.user, u.system))
 }
 
+/// CPU time the calling thread has used so far (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`):
+/// unlike a clock on the wall, it does not grow while the thread waits for a core. `None` if
+/// the call fails.
+pub fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = std::mem::MaybeUninit::<libc::timespec>::zeroed();
+    // SAFETY: a valid clock id and a pointer to a writable `timespec`, which the call fills.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, ts.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: zero-initialized (a valid `timespec`) and filled by the successful call.
+    let ts = unsafe { ts.assume_init() };
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_cpu_time_grows_with_work_not_with_sleep() {
+        let t0 = thread_cpu_time().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let t1 = thread_cpu_time().unwrap();
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let t2 = thread_cpu_time().unwrap();
+        assert!(t1 - t0 < Duration::from_millis(25), "slept: {:?}", t1 - t0);
+        assert!(t2 - t1 >= Duration::from_millis(5), "worked: {:?}", t2 - t1);
+    }
 
     #[test]
     fn cpu_time_grows() {

@@ -9,8 +9,9 @@
 //! |---|---|
 //! | `rsa_passes` | passes of the RSA engine |
 //! | `rsa_halves` | CRT half-exponentiations in those passes (a request is two; a pass holds up to eight) |
-//! | `rsa_direct` | RSA requests run with OpenSSL in the caller's thread, below the batching threshold |
+//! | `rsa_direct` | RSA requests run with OpenSSL in the caller's thread: below the batching threshold, or of a size whose engine never wins on this CPU |
 //! | `rsa_faults` | halves, and recombined results, that failed their check with the public exponent (never released: the request answered `CKR_DEVICE_ERROR`) |
+//! | `rsa_break_even_2048`, `_3072`, `_4096` | the engine's break-even measured on this CPU, in hundredths of a request per pass (set once, when the size is measured, [`crate::calibrate`]; above 400 the engine is never used for that size) |
 //! | `ecdsa_passes` | passes of the P-256 engine (asynchronous sessions) |
 //! | `ecdsa_signatures` | signatures in those passes |
 //! | `ecdsa_faults` | signatures of a pass that failed their check (then made with OpenSSL) |
@@ -35,6 +36,8 @@ pub struct Counters {
     pub rsa_direct: &'static AtomicU64,
     /// `rsa_faults`.
     pub rsa_faults: &'static AtomicU64,
+    /// `rsa_break_even_2048`, `rsa_break_even_3072`, `rsa_break_even_4096`.
+    pub rsa_break_even: [&'static AtomicU64; 3],
     /// `ecdsa_passes`.
     pub ecdsa_passes: &'static AtomicU64,
     /// `ecdsa_signatures`.
@@ -62,6 +65,11 @@ pub fn get() -> &'static Counters {
             rsa_halves: c("rsa_halves"),
             rsa_direct: c("rsa_direct"),
             rsa_faults: c("rsa_faults"),
+            rsa_break_even: [
+                c("rsa_break_even_2048"),
+                c("rsa_break_even_3072"),
+                c("rsa_break_even_4096"),
+            ],
             ecdsa_passes: c("ecdsa_passes"),
             ecdsa_signatures: c("ecdsa_signatures"),
             ecdsa_faults: c("ecdsa_faults"),

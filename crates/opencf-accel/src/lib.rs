@@ -27,6 +27,7 @@
 pub mod asynchronous;
 mod backend_impl;
 pub mod blocks;
+pub mod calibrate;
 pub mod counters;
 pub mod crypt;
 pub mod ct;

@@ -348,8 +348,8 @@ impl SignOp {
                 if !self.key.below_modulus(&em) {
                     return Err(CKR_DATA_INVALID);
                 }
-                let ticket = (sched.admit_for(self.key.bits, asynchronous))
-                    .map_err(|_| CKR_DEVICE_MEMORY)?;
+                let ticket =
+                    (sched.admit_for(&self.key, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
                 if !ticket.batch() {
                     return Ok(Prepared::Done(self.key.private_openssl(&em)?));
                 }
@@ -357,8 +357,7 @@ impl SignOp {
             }
             (_, Some(d)) => d.to_vec(),
         };
-        let ticket =
-            (sched.admit_for(self.key.bits, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
+        let ticket = (sched.admit_for(&self.key, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
         if !ticket.batch() {
             let sig = self.openssl_sign(self.key.openssl(), &input)?;
             return Ok(Prepared::Done(Zeroizing::new(sig)));
@@ -471,8 +470,7 @@ impl DecryptOp {
         if !self.key.below_modulus(input) {
             return Err(CKR_ENCRYPTED_DATA_INVALID);
         }
-        let ticket =
-            (sched.admit_for(self.key.bits, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
+        let ticket = (sched.admit_for(&self.key, asynchronous)).map_err(|_| CKR_DEVICE_MEMORY)?;
         if !ticket.batch() {
             return Ok(Prepared::Done(self.unpad(true, input)?));
         }

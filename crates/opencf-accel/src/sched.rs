@@ -1,9 +1,11 @@
 //! The scheduler: one worker thread per core, each with a bounded queue of CRT
 //! half-exponentiations, started at the first request.
 //!
-//! Each request is first admitted ([`Scheduler::admit`]): unless enough requests were in
-//! flight recently for a pass to beat OpenSSL ([`batch_threshold`]), it runs at once with OpenSSL's
-//! own RSA code in the caller's thread (no hand-over to a worker, no wait).
+//! Each request is first admitted ([`Scheduler::admit_for`]): unless enough requests were in
+//! flight recently for a pass to beat OpenSSL ([`batch_threshold`]), it runs at once with
+//! OpenSSL's own RSA code in the caller's thread (no hand-over to a worker, no wait). A size
+//! whose engine cannot beat OpenSSL on this CPU even with full passes (measured once,
+//! [`crate::calibrate`]) always runs with OpenSSL.
 //!
 //! A request sent to the engine (one RSA private operation) is two halves, pushed together onto
 //! one queue: the one that holds a partial batch (the fullest such), else the shortest, so that
@@ -16,6 +18,7 @@
 //! pass. A full queue answers [`Busy`]; the provider turns that into `CKR_DEVICE_MEMORY`,
 //! which the framework treats as "try the next provider".
 
+use crate::calibrate;
 use crate::counters;
 use crate::engine::{self, Job, Kind, LANES};
 use crate::fault::{self, Fault};
@@ -202,7 +205,19 @@ pub struct Scheduler {
     /// Requests this scheduler sent to OpenSSL's own RSA code (also counted for the whole
     /// process in `cryptoadm stat`, [`counters`]`::rsa_direct`, with the engine's passes).
     direct: AtomicUsize,
+    /// Per modulus size of [`rsa::SIZES`], what this CPU gives ([`calibrate`]):
+    /// [`UNMEASURED`], [`MEASURING`], [`WINS`] or [`NEVER`].
+    measured: [AtomicU8; 3],
 }
+
+/// Not measured yet.
+const UNMEASURED: u8 = 0;
+/// Being measured by a request; meanwhile the others of that size go to the engine.
+const MEASURING: u8 = 1;
+/// Full passes beat OpenSSL for that size on this CPU.
+const WINS: u8 = 2;
+/// The engine never beats OpenSSL for that size on this CPU.
+const NEVER: u8 = 3;
 
 /// A request counted in flight until dropped ([`Scheduler::admit`]).
 pub struct Ticket<'a> {
@@ -244,6 +259,7 @@ impl Scheduler {
             demand: Arc::new(Demand::new()),
             stop: Arc::new(AtomicBool::new(false)),
             direct: AtomicUsize::new(0),
+            measured: Default::default(),
         }
     }
 
@@ -287,33 +303,45 @@ impl Scheduler {
         *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
-    /// Admits a request for a `bits`-bit key and chooses its path. It goes to the engine
-    /// when at least [`batch_threshold`]`(bits)` requests were in flight at once recently
-    /// (counting itself; the last 2 to 4 ms), so that passes fill enough to beat OpenSSL;
-    /// otherwise it runs at once with OpenSSL in the caller's thread, so a lone request
-    /// never waits for a worker. The fault
-    /// switch `engine-error` sends every request to the engine (it tests the engine's
-    /// check); `busy` refuses every request.
+    /// Admits a request for a `bits`-bit key and chooses its path, with the default
+    /// thresholds ([`batch_threshold`]) and without measuring this CPU (the scheduler's own
+    /// tests); requests of the provider go through [`Scheduler::admit_for`].
     pub fn admit(&self, bits: usize) -> Result<Ticket<'_>, Busy> {
-        self.admit_for(bits, false)
+        self.admit_with(bits, None, false)
     }
 
-    /// [`Scheduler::admit`], or with `always` to the engine whatever the number in flight:
-    /// for a caller that does not wait (an asynchronous session), whose requests stay in
-    /// flight while it queues more. Such requests are not counted in flight: that count
-    /// tells workers how many blocked callers will come back with their next request (and a
-    /// partial batch waits for them), while an asynchronous caller comes back only when it
-    /// polls.
-    pub fn admit_for(&self, bits: usize, always: bool) -> Result<Ticket<'_>, Busy> {
+    /// Admits a request on `key` and chooses its path. It goes to the engine when at least
+    /// [`batch_threshold`]`(bits)` requests were in flight at once recently (counting itself;
+    /// the last 2 to 4 ms), so that passes fill enough to beat OpenSSL, unless full passes
+    /// lose to OpenSSL for its size on this CPU (measured by the first request that gets this
+    /// far, [`calibrate`]). Otherwise the request runs at once with OpenSSL in the caller's
+    /// thread, so a lone request never waits for a worker. `always`: to the engine whatever the number in
+    /// flight (where the engine can win), for a caller that does not wait (an asynchronous
+    /// session), whose requests stay in flight while it queues more. Such requests are not
+    /// counted in flight: that count tells workers how many blocked callers will come back
+    /// with their next request (and a partial batch waits for them), while an asynchronous
+    /// caller comes back only when it polls. The fault switch `engine-error` sends every
+    /// request to the engine (it tests the engine's check); `busy` refuses every request.
+    pub fn admit_for(&self, key: &RsaKey, always: bool) -> Result<Ticket<'_>, Busy> {
+        self.admit_with(key.bits, Some(key), always)
+    }
+
+    fn admit_with(
+        &self,
+        bits: usize,
+        key: Option<&RsaKey>,
+        always: bool,
+    ) -> Result<Ticket<'_>, Busy> {
         let fault = fault::current();
         if fault == Fault::Busy {
             return Err(Busy);
         }
-        let batch = always || {
+        let peak = (!always).then(|| {
             let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-            let peak = self.demand.observe(n);
-            fault == Fault::EngineError || peak >= batch_threshold(bits)
-        };
+            self.demand.observe(n)
+        });
+        let batch = fault == Fault::EngineError
+            || (peak.is_none_or(|p| p >= batch_threshold(bits)) && self.engine_may_win(bits, key));
         if batch {
             self.demand.coming.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -326,6 +354,57 @@ impl Scheduler {
             queued: Cell::new(false),
             counted: !always,
         })
+    }
+
+    /// Whether a request on `key` that has enough requests in flight may go to the engine:
+    /// not when its size was measured on this CPU and full passes lose to OpenSSL there. The
+    /// first request that asks measures it ([`calibrate`]); until that is done the others go
+    /// to the engine as before. `key` is `None` in the scheduler's own tests, and
+    /// `$OPENCF_ACCEL_BATCH` skips measuring.
+    fn engine_may_win(&self, bits: usize, key: Option<&RsaKey>) -> bool {
+        let (Some(key), None) = (key, batch_override()) else {
+            return true;
+        };
+        let Some(cell) = rsa::SIZES
+            .iter()
+            .position(|&b| b == bits)
+            .map(|i| &self.measured[i])
+        else {
+            return true;
+        };
+        let mut state = cell.load(Ordering::Acquire);
+        if state == UNMEASURED
+            && cell
+                .compare_exchange(UNMEASURED, MEASURING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            state = self.measure(key);
+            cell.store(state, Ordering::Release);
+        }
+        // While another request measures, the default holds.
+        state != NEVER
+    }
+
+    /// Measures the engine against OpenSSL on `key` ([`calibrate`]): [`WINS`] or [`NEVER`].
+    /// The break-even goes to `cryptoadm stat`.
+    fn measure(&self, key: &RsaKey) -> u8 {
+        let Some((pass, openssl)) = calibrate::measure(self.kind, key) else {
+            return NEVER;
+        };
+        if let (Some(ratio), Some(i)) = (
+            calibrate::break_even(pass, openssl),
+            rsa::SIZES.iter().position(|&b| b == key.bits),
+        ) {
+            counters::add(
+                counters::get().rsa_break_even[i],
+                (ratio * 100.0).round() as usize,
+            );
+        }
+        if calibrate::engine_wins(pass, openssl) {
+            WINS
+        } else {
+            NEVER
+        }
     }
 
     /// One request admitted to the engine has been queued (or given up): when none is left
@@ -463,20 +542,18 @@ impl Scheduler {
 }
 
 /// Requests in flight (all workers together, counting the new one) from which a request for
-/// a `bits`-bit key goes to the engine. A pass costs the same whatever number of its eight
-/// lanes is used and a request takes two, so the engine wins from `t_pass / t_openssl`
-/// requests per pass, per worker; `tests/threshold.rs` measures both (docs/ACCEL.md). On the
-/// reference machine (2-core Xeon VM, OpenSSL 3.6, which itself runs the two CRT halves of one
-/// request together with AVX-512 IFMA) that ratio measured 1.6 and 1.5 for RSA-2048, 2.2 and
-/// 1.8 for 3072, 3.0 and 2.9 for 4096; the thresholds are the next whole number above the
-/// larger: 2, 3 and 4 requests per worker. `$OPENCF_ACCEL_BATCH=N` (read at
-/// each request) sets the threshold to `N` requests in flight for every size (`1`: every
-/// request goes to the engine), for tests and for other CPUs.
+/// a `bits`-bit key goes to the engine (where full passes beat OpenSSL on this CPU at all,
+/// [`crate::calibrate`]; the first request that reaches it measures). A pass costs the same
+/// whatever number of its eight lanes is used and a request takes two, so the engine wins
+/// from `t_pass / t_openssl` requests per pass, per worker; `tests/threshold.rs` measures both
+/// (docs/ACCEL.md). On the reference machine (2-core Xeon VM, OpenSSL 3.6, which itself runs
+/// the two CRT halves of one request together with AVX-512 IFMA) that ratio measured 1.6 and
+/// 1.5 for RSA-2048, 2.2 and 1.8 for 3072, 3.0 and 2.9 for 4096; these defaults are the next
+/// whole number above the larger: 2, 3 and 4 requests per worker. `$OPENCF_ACCEL_BATCH=N`
+/// (read at each request) sets the threshold to `N` requests in flight for every size,
+/// measured or not (`1`: every request goes to the engine), for tests.
 pub fn batch_threshold(bits: usize) -> usize {
-    if let Some(n) = std::env::var("OPENCF_ACCEL_BATCH")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
+    if let Some(n) = batch_override() {
         return n;
     }
     let per_worker = match bits {
@@ -485,6 +562,14 @@ pub fn batch_threshold(bits: usize) -> usize {
         _ => THRESHOLD_4096,
     };
     per_worker.saturating_mul(Scheduler::cores())
+}
+
+/// `$OPENCF_ACCEL_BATCH`, when set to a number: the threshold for every size, measured or
+/// not.
+fn batch_override() -> Option<usize> {
+    std::env::var("OPENCF_ACCEL_BATCH")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
 }
 
 /// Requests per pass from which the engine beats OpenSSL, by modulus size (see

@@ -367,6 +367,16 @@ fn slot0_with_accel_first_and_fallback() {
             "each served once"
         );
         assert!(halves <= 8 * passes && halves.is_multiple_of(2));
+        // The first request sent to the engine measured RSA-2048 on this CPU first; where the
+        // engine can never win, none went to it.
+        let [break_even] = engine_counters(&stat, ["rsa_break_even_2048"]);
+        eprintln!("RSA-2048 break-even here: {break_even}/100 requests per pass");
+        if passes > 0 {
+            assert!(break_even > 0, "a pass ran before RSA-2048 was measured");
+        }
+        if break_even >= 400 {
+            assert_eq!(passes, 0, "the engine loses here: no pass");
+        }
     }
     // `cryptoadm stat`, run as another process, shows the same fallbacks and busy answers.
     let c = all_counters(&stat, "accel");

@@ -2,13 +2,15 @@
 //! the same whatever number of its eight lanes is used, a request uses two lanes, so the
 //! engine beats OpenSSL's own RSA private operation (blinding on, both CRT halves run together
 //! with AVX-512 IFMA by OpenSSL 3) once `requests × t_openssl > t_pass`. The scheduler batches
-//! only from [`opencf_accel::sched::batch_threshold`] requests in flight; this prints the
-//! measured figures beside that constant.
+//! from [`opencf_accel::sched::batch_threshold`] requests in flight until it has measured the
+//! same on the CPU it runs on ([`opencf_accel::calibrate`]); this prints the figures (medians
+//! of interleaved rounds, wall clock) beside that default and the verdict they give.
 //!
 //! ```text
 //! cargo test --release -p opencf-accel --test threshold -- --ignored --nocapture
 //! ```
 
+use opencf_accel::calibrate;
 use opencf_accel::engine::{self, Job, Kind};
 use opencf_accel::rsa;
 use opencf_accel::sched;
@@ -69,10 +71,17 @@ fn break_even() {
             v.sort_by(f64::total_cmp);
         }
         let (pass, ossl, ours) = (pass[2], ossl[2], ours[2]);
+        let us = |v: f64| std::time::Duration::from_secs_f64(v / 1e6);
+        let verdict = if calibrate::engine_wins(us(pass), us(ossl)) {
+            "from that threshold on"
+        } else {
+            "never: OpenSSL serves this size"
+        };
         println!(
             "RSA-{bits}: engine pass (8 lanes) {pass:.0} µs, i.e. {:.0} µs per request when \
              full; OpenSSL private op {ossl:.0} µs; lone request on the engine {ours:.0} µs; \
-             break-even at {:.1} requests per pass (scheduler threshold: {} requests in flight)",
+             break-even at {:.1} requests per pass (default threshold: {} requests in flight; \
+             with these figures the engine runs {verdict})",
             pass / 4.0,
             pass / ossl,
             sched::batch_threshold(bits),

@@ -340,8 +340,12 @@ impl Scheduler {
             let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
             self.demand.observe(n)
         });
+        // `$OPENCF_ACCEL_BATCH` read once per request.
+        let forced = batch_override();
+        let threshold = forced.unwrap_or_else(|| default_threshold(bits));
         let batch = fault == Fault::EngineError
-            || (peak.is_none_or(|p| p >= batch_threshold(bits)) && self.engine_may_win(bits, key));
+            || (peak.is_none_or(|p| p >= threshold)
+                && (forced.is_some() || self.engine_may_win(bits, key)));
         if batch {
             self.demand.coming.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -359,10 +363,10 @@ impl Scheduler {
     /// Whether a request on `key` that has enough requests in flight may go to the engine:
     /// not when its size was measured on this CPU and full passes lose to OpenSSL there. The
     /// first request that asks measures it ([`calibrate`]); until that is done the others go
-    /// to the engine as before. `key` is `None` in the scheduler's own tests, and
-    /// `$OPENCF_ACCEL_BATCH` skips measuring.
+    /// to the engine as before. `key` is `None` in the scheduler's own tests. (With
+    /// `$OPENCF_ACCEL_BATCH` set, the caller does not ask: nothing is measured.)
     fn engine_may_win(&self, bits: usize, key: Option<&RsaKey>) -> bool {
-        let (Some(key), None) = (key, batch_override()) else {
+        let Some(key) = key else {
             return true;
         };
         let Some(cell) = rsa::SIZES
@@ -553,9 +557,11 @@ impl Scheduler {
 /// (read at each request) sets the threshold to `N` requests in flight for every size,
 /// measured or not (`1`: every request goes to the engine), for tests.
 pub fn batch_threshold(bits: usize) -> usize {
-    if let Some(n) = batch_override() {
-        return n;
-    }
+    batch_override().unwrap_or_else(|| default_threshold(bits))
+}
+
+/// [`batch_threshold`] without `$OPENCF_ACCEL_BATCH`.
+fn default_threshold(bits: usize) -> usize {
     let per_worker = match bits {
         2048 => THRESHOLD_2048,
         3072 => THRESHOLD_3072,

@@ -73,15 +73,15 @@ fn break_even() {
         let (pass, ossl, ours) = (pass[2], ossl[2], ours[2]);
         let us = |v: f64| std::time::Duration::from_secs_f64(v / 1e6);
         let verdict = if calibrate::engine_wins(us(pass), us(ossl)) {
-            "from that threshold on"
+            "the engine serves this size from that threshold on"
         } else {
-            "never: OpenSSL serves this size"
+            "OpenSSL serves this size, never the engine"
         };
         println!(
             "RSA-{bits}: engine pass (8 lanes) {pass:.0} µs, i.e. {:.0} µs per request when \
              full; OpenSSL private op {ossl:.0} µs; lone request on the engine {ours:.0} µs; \
              break-even at {:.1} requests per pass (default threshold: {} requests in flight; \
-             with these figures the engine runs {verdict})",
+             with these figures {verdict})",
             pass / 4.0,
             pass / ossl,
             sched::batch_threshold(bits),

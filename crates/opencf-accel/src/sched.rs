@@ -315,12 +315,12 @@ impl Scheduler {
     /// the last 2 to 4 ms), so that passes fill enough to beat OpenSSL, unless full passes
     /// lose to OpenSSL for its size on this CPU (measured by the first request that gets this
     /// far, [`calibrate`]). Otherwise the request runs at once with OpenSSL in the caller's
-    /// thread, so a lone request never waits for a worker. `always`: to the engine whatever the number in
-    /// flight (where the engine can win), for a caller that does not wait (an asynchronous
-    /// session), whose requests stay in flight while it queues more. Such requests are not
-    /// counted in flight: that count tells workers how many blocked callers will come back
-    /// with their next request (and a partial batch waits for them), while an asynchronous
-    /// caller comes back only when it polls. The fault switch `engine-error` sends every
+    /// thread, so a lone request never waits for a worker. `always`: to the engine whatever
+    /// the number in flight (where the engine can win), for a caller that does not wait (an
+    /// asynchronous session), whose requests stay in flight while it queues more. Such
+    /// requests are not counted in flight: that count tells workers how many blocked callers
+    /// will come back with their next request (and a partial batch waits for them), while an
+    /// asynchronous caller comes back only when it polls. The fault switch `engine-error` sends every
     /// request to the engine (it tests the engine's check); `busy` refuses every request.
     pub fn admit_for(&self, key: &RsaKey, always: bool) -> Result<Ticket<'_>, Busy> {
         self.admit_with(key.bits, Some(key), always)

@@ -133,6 +133,19 @@ const CERT: &[CK_ATTRIBUTE_TYPE] = &[
     CKA_NAME_HASH_ALGORITHM,
 ];
 
+/// Attributes that are secret in a private or secret key: a token never reveals them where
+/// the key is sensitive or unextractable (the accelerator never at all).
+pub const SENSITIVE_ATTRS: &[CK_ATTRIBUTE_TYPE] = &[
+    CKA_PRIVATE_EXPONENT,
+    CKA_PRIME_1,
+    CKA_PRIME_2,
+    CKA_EXPONENT_1,
+    CKA_EXPONENT_2,
+    CKA_COEFFICIENT,
+    CKA_VALUE,
+    CKA_SEED,
+];
+
 /// Whether attribute `t` can belong to an object of class `class`.
 pub fn allowed(class: CK_OBJECT_CLASS, t: CK_ATTRIBUTE_TYPE) -> bool {
     if STORAGE.contains(&t) || (t & CKA_VENDOR_DEFINED) != 0 {

@@ -4,8 +4,8 @@
 //!
 //! Rules (docs/ACCEL.md): token objects are refused (`CKA_TOKEN = TRUE` is
 //! `CKR_ATTRIBUTE_VALUE_INVALID`); secret values (`CKA_VALUE` of a secret key, the private
-//! exponent, primes, CRT values) are never returned (`CKR_ATTRIBUTE_SENSITIVE`, whatever
-//! `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
+//! exponent, primes, CRT values, `CKA_SEED`: [`schema::SENSITIVE_ATTRS`]) are never returned
+//! (`CKR_ATTRIBUTE_SENSITIVE`, whatever `CKA_SENSITIVE` says); usage attributes (`CKA_SIGN`, `CKA_DECRYPT`, `CKA_UNWRAP`, …) are
 //! false unless the template sets them. A template is checked as the software token checks it
 //! ([`opencf_abi::schema`]): an attribute only a token sets is `CKR_ATTRIBUTE_READ_ONLY`, one
 //! of another class `CKR_ATTRIBUTE_TYPE_INVALID`, a type given twice with different values
@@ -18,24 +18,13 @@ use crate::blocks::AesKey;
 use crate::ecdsa::{self, EcdsaKey};
 use crate::gcm::GcmKey;
 use crate::rsa::{RsaKey, RsaParts};
-use opencf_abi::schema;
+use opencf_abi::schema::{self, SENSITIVE_ATTRS};
 use opencf_abi::sys::*;
 use opencf_abi::{AttrValue, Attribute, CkResult};
 use openssl::bn::BigNum;
 use openssl::pkey::PKey;
 use std::sync::{Arc, OnceLock};
 use zeroize::Zeroizing;
-
-/// Attributes that hold secret values, never returned.
-const SECRET: [CK_ATTRIBUTE_TYPE; 7] = [
-    CKA_VALUE,
-    CKA_PRIVATE_EXPONENT,
-    CKA_PRIME_1,
-    CKA_PRIME_2,
-    CKA_EXPONENT_1,
-    CKA_EXPONENT_2,
-    CKA_COEFFICIENT,
-];
 
 /// Boolean attributes stored as given, false by default.
 const FLAGS: [CK_ATTRIBUTE_TYPE; 14] = [
@@ -197,7 +186,7 @@ impl Object {
         }
         let key_type = ulong(template, CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
         let from_template = matches!(material, Material::Template);
-        if !from_template && SECRET.iter().any(|k| find(template, *k).is_some()) {
+        if !from_template && SENSITIVE_ATTRS.iter().any(|k| find(template, *k).is_some()) {
             return Err(CKR_TEMPLATE_INCONSISTENT);
         }
         let mut attrs = vec![
@@ -302,7 +291,7 @@ impl Object {
         }
         // Any other attribute of the class (CKA_SUBJECT, templates, …) is kept as given.
         for a in template {
-            if !SECRET.contains(&a.kind) && !attrs.iter().any(|b| b.kind == a.kind) {
+            if !SENSITIVE_ATTRS.contains(&a.kind) && !attrs.iter().any(|b| b.kind == a.kind) {
                 attrs.push(a.clone());
             }
         }
@@ -340,7 +329,7 @@ impl Object {
 
     /// `C_GetAttributeValue` for one type.
     pub fn attribute(&self, kind: CK_ATTRIBUTE_TYPE) -> AttrValue {
-        if SECRET.contains(&kind) && !matches!(self.secret, Secret::None) {
+        if SENSITIVE_ATTRS.contains(&kind) && !matches!(self.secret, Secret::None) {
             return AttrValue::Sensitive;
         }
         match self.attrs.iter().find(|a| a.kind == kind) {

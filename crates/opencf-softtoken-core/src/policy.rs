@@ -4,21 +4,9 @@
 //! docs/SOFTTOKEN.md.
 
 use crate::attrs::{AttrMap, AttrMapExt};
-use opencf_abi::schema::{self, allowed, is_bool_attr};
+use opencf_abi::schema::{self, allowed, is_bool_attr, SENSITIVE_ATTRS};
 use opencf_abi::sys::*;
 use opencf_abi::CkResult;
-
-/// Attributes that are secret in a private or secret key.
-pub const SENSITIVE_ATTRS: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_PRIVATE_EXPONENT,
-    CKA_PRIME_1,
-    CKA_PRIME_2,
-    CKA_EXPONENT_1,
-    CKA_EXPONENT_2,
-    CKA_COEFFICIENT,
-    CKA_VALUE,
-    CKA_SEED,
-];
 
 /// Attributes `C_SetAttributeValue` may change (subject to the special rules below).
 const CHANGEABLE: &[CK_ATTRIBUTE_TYPE] = &[

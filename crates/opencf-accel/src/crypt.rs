@@ -163,15 +163,14 @@ impl Accel {
         Ok(())
     }
 
-    /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`
-    /// (`CKR_MECHANISM_INVALID` without the bulk engine).
+    /// A `CKM_AES_GCM`, `CKM_AES_CTR` or `CKM_AES_ECB` operation with AES key `h`; the
+    /// caller has checked the mechanism ([`Accel::check_bulk_mech`]) before parsing it.
     pub(crate) fn bulk_op(
         &self,
         m: &Mechanism,
         h: CK_OBJECT_HANDLE,
         encrypt: bool,
     ) -> CkResult<BulkOp> {
-        self.check_bulk_mech(m.mechanism)?;
         let usage = if encrypt { CKA_ENCRYPT } else { CKA_DECRYPT };
         let o = self.key(h, (CKO_SECRET_KEY, CKK_AES), usage, m.mechanism)?;
         match m.mechanism {

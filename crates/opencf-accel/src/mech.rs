@@ -57,10 +57,10 @@ pub fn list(engine: bool, bulk: bool) -> Vec<CK_MECHANISM_TYPE> {
 }
 
 /// Whether the engines serve `m` for the operation `flag` (`CKF_SIGN` or `CKF_DECRYPT`) with
-/// a private key: another mechanism is `CKR_MECHANISM_INVALID` at init, before the key is
-/// looked at.
+/// a private key, by the flags [`info`] gives it where an engine exists: another mechanism is
+/// `CKR_MECHANISM_INVALID` at init, before the key is looked at.
 pub fn serves(m: CK_MECHANISM_TYPE, flag: CK_FLAGS) -> bool {
-    RSA_MECHS.iter().any(|&(t, f)| t == m && f & flag != 0) || (m == CKM_ECDSA && flag == CKF_SIGN)
+    info(true, false, m).is_ok_and(|i| i.flags & flag != 0)
 }
 
 /// `C_GetMechanismInfo`.

@@ -369,38 +369,32 @@ impl Scheduler {
         let Some(key) = key else {
             return true;
         };
-        let Some(cell) = rsa::SIZES
-            .iter()
-            .position(|&b| b == bits)
-            .map(|i| &self.measured[i])
-        else {
+        let Some(size) = rsa::SIZES.iter().position(|&b| b == bits) else {
             return true;
         };
+        let cell = &self.measured[size];
         let mut state = cell.load(Ordering::Acquire);
         if state == UNMEASURED
             && cell
                 .compare_exchange(UNMEASURED, MEASURING, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            state = self.measure(key);
+            state = self.measure(key, size);
             cell.store(state, Ordering::Release);
         }
         // While another request measures, the default holds.
         state != NEVER
     }
 
-    /// Measures the engine against OpenSSL on `key` ([`calibrate`]): [`WINS`] or [`NEVER`].
-    /// The break-even goes to `cryptoadm stat`.
-    fn measure(&self, key: &RsaKey) -> u8 {
+    /// Measures the engine against OpenSSL on `key`, of size `rsa::SIZES[size]`
+    /// ([`calibrate`]): [`WINS`] or [`NEVER`]. The break-even goes to `cryptoadm stat`.
+    fn measure(&self, key: &RsaKey, size: usize) -> u8 {
         let Some((pass, openssl)) = calibrate::measure(self.kind, key) else {
             return NEVER;
         };
-        if let (Some(ratio), Some(i)) = (
-            calibrate::break_even(pass, openssl),
-            rsa::SIZES.iter().position(|&b| b == key.bits),
-        ) {
+        if let Some(ratio) = calibrate::break_even(pass, openssl) {
             counters::add(
-                counters::get().rsa_break_even[i],
+                counters::get().rsa_break_even[size],
                 (ratio * 100.0).round() as usize,
             );
         }

@@ -1,6 +1,7 @@
 //! A dudect-style constant-time check of the engine (ignored by default: it measures time).
 //!
-//! For one RSA-2048 half (1024-bit prime), eight-lane passes are timed with the secret data
+//! For one RSA-2048 half (1024-bit prime; `OPENCF_ACCEL_CT_BITS=1536` or `2048` for the halves
+//! of RSA-3072 and -4096), eight-lane passes are timed with the secret data
 //! of class A fixed and of class B random, the classes interleaved at random; Welch's t-test
 //! on the timings (cropped at the 90th percentile) must stay below 4.5 in absolute value.
 //! Two secrets are tested: the base (the blinded input) and the exponent.
@@ -72,6 +73,19 @@ fn measure(samples: usize, mut pass: impl FnMut(bool) -> f64) -> f64 {
     welch(&a, &b)
 }
 
+/// The prime's size: `OPENCF_ACCEL_CT_BITS`, 1024 (default), 1536 or 2048.
+fn prime_bits() -> usize {
+    let bits = std::env::var("OPENCF_ACCEL_CT_BITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    assert!(
+        [1024, 1536, 2048].contains(&bits),
+        "OPENCF_ACCEL_CT_BITS: 1024, 1536 or 2048, not {bits}"
+    );
+    bits
+}
+
 /// Samples per class: `OPENCF_ACCEL_CT_SAMPLES`, default 4000.
 fn samples() -> usize {
     std::env::var("OPENCF_ACCEL_CT_SAMPLES")
@@ -85,18 +99,20 @@ fn samples() -> usize {
 fn engine_is_constant_time() {
     let samples = samples();
     let kind = kind();
+    let bits = prime_bits();
     let mut p = BigNum::new().unwrap();
-    p.generate_prime(1024, false, None, None).unwrap();
+    p.generate_prime(bits as i32, false, None, None).unwrap();
     let mut d = BigNum::new().unwrap();
     p.rand_range(&mut d).unwrap();
     let prime = Prime::new(&p, &d).unwrap();
-    // Bases are 2048-bit values (the blinded input): 32 words.
-    let fixed_base = prime.base(&random_words(32));
+    // Bases are values of twice the prime's size (the blinded input).
+    let words = bits / 32;
+    let fixed_base = prime.base(&random_words(words));
     let t_base = measure(samples, |a| {
         let base = if a {
             fixed_base.clone()
         } else {
-            prime.base(&random_words(32))
+            prime.base(&random_words(words))
         };
         let jobs: Vec<Job> = (0..8)
             .map(|_| Job {
@@ -109,7 +125,7 @@ fn engine_is_constant_time() {
         t.elapsed().as_nanos() as f64
     });
     // Exponents: one fixed, one fresh random per sample (same prime, same base).
-    let base = prime.base(&random_words(32));
+    let base = prime.base(&random_words(words));
     let t_exp = measure(samples, |a| {
         let mut e = BigNum::new().unwrap();
         p.rand_range(&mut e).unwrap();
@@ -124,7 +140,10 @@ fn engine_is_constant_time() {
         std::hint::black_box(engine::half_exps(kind, &jobs));
         t.elapsed().as_nanos() as f64
     });
-    eprintln!("{kind:?} engine, {samples} samples per class: t(base) = {t_base:.2}, t(exponent) = {t_exp:.2}");
+    eprintln!(
+        "{kind:?} engine, {bits}-bit prime, {samples} samples per class: t(base) = \
+         {t_base:.2}, t(exponent) = {t_exp:.2}"
+    );
     assert!(t_base.abs() < 4.5, "base-dependent timing: t = {t_base}");
     assert!(t_exp.abs() < 4.5, "exponent-dependent timing: t = {t_exp}");
 }

@@ -14,17 +14,28 @@
 //! reads every entry and keeps the wanted one with a lane mask.
 //!
 //! The limb count is a constant of each instantiation (`L` = 20, 30 and 40 for the primes of
-//! RSA-2048, -3072 and -4096), so the loops over limbs unroll and, for `L = 20`, the running
-//! sum of a multiplication stays in registers (20 of the 32 vector registers). Each step
-//! writes the running sum's limbs one place down as it computes them, so the shift of the
-//! Montgomery reduction costs no copy. Squarings, most of an exponentiation, compute each
-//! cross product once. Every limb of a running sum collects at most `4L` products of 52 bits
-//! and stays below 2^60, so no carry is propagated until the end.
+//! RSA-2048, -3072 and -4096). Up to [`ROWS_MAX_LIMBS`] the multiplication scans operands: the
+//! loops over limbs unroll and, for `L = 20`, the running sum stays in registers (20 of the 32
+//! vector registers); each step writes the running sum's limbs one place down as it computes
+//! them, so the shift of the Montgomery reduction costs no copy. Above it (40 limbs, whose
+//! running sum would live in memory, a load and a store around every two multiply-adds) it
+//! scans product columns, each summed whole in a few registers. Squarings, most of an
+//! exponentiation, compute each cross product once. Every limb of a running sum collects at
+//! most `4L` products of 52 bits and stays below 2^60, so no carry is propagated until the
+//! end.
+
+/// The largest limb count whose multiplications scan operands (a row of `a·b_i` a step, the
+/// running sum in registers); above it they scan product columns, whose running sums are a
+/// few registers whatever the limb count. Measured on an AMD Zen 4 (docs/ACCEL.md, "Two ways
+/// to multiply"): rows are faster for 20 and 30 limbs, columns for 40, where the rows' running
+/// sum no longer fits the 32 vector registers.
+pub(super) const ROWS_MAX_LIMBS: usize = 30;
 
 /// Generates `pub(super) fn run(Work) -> Vec<[u64; 8]>` and its helpers, each with the
 /// given attributes (the target features of the instruction set).
 macro_rules! lane_engine {
     ($(#[$attr:meta])*) => {
+        use $crate::engine::lanes::ROWS_MAX_LIMBS;
         use $crate::engine::{Moduli, Pass, PublicPass, Work, MASK52, WINDOW};
 
         $(#[$attr])*
@@ -145,12 +156,11 @@ macro_rules! lane_engine {
             acc[L - 1] = madd_hi(top, m[L - 1], y);
         }
 
-        /// Almost Montgomery multiplication: `out = a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below
-        /// `2m` for `a, b < 4m` (the limb count gives `R ≥ 16m`), every limb below 2^52.
-        /// Operand scanning: step `i` adds `a·b_i` to the running sum.
+        /// [`amm`] by operand scanning: step `i` adds `a·b_i` to the running sum, which stays
+        /// in registers where `L` allows.
         $(#[$attr])*
         #[inline]
-        fn amm<const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
+        fn amm_rows<const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
             let mut acc = [zero(); L];
             for &bi in b {
                 let top = madd_hi(zero(), a[L - 1], bi);
@@ -160,12 +170,11 @@ macro_rules! lane_engine {
             *out = acc;
         }
 
-        /// Almost Montgomery squaring: `out = a²·R⁻¹ mod m`, as [`amm`]`(a, a)`. The
-        /// square's columns ([`square_column`]) enter the running sum as the reduction
-        /// reaches them.
+        /// [`ams`] by operand scanning, as [`amm_rows`]: the square's columns
+        /// ([`square_column`]) enter the running sum as the reduction reaches them.
         $(#[$attr])*
         #[inline]
-        fn ams<const L: usize>(a: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
+        fn ams_rows<const L: usize>(a: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
             let mut acc = [zero(); L];
             for (c, v) in acc.iter_mut().enumerate() {
                 *v = square_column(a, c);
@@ -176,6 +185,145 @@ macro_rules! lane_engine {
             }
             normalize(&mut acc);
             *out = acc;
+        }
+
+        /// The sums of the low and of the high halves of the products `x_i·z_(d−i)` for `i`
+        /// in `start..end` (`d − i` within `z`). Both halves of a product are taken together,
+        /// from one pair of operands, and the pairs two at a time: four independent chains of
+        /// multiply-adds, enough to keep the multiplier busy while each waits for its last
+        /// result, with one operand read per multiply-add. Iterators over the two arrays, not
+        /// indices, so that no bound is checked inside the loop; the pairs with the largest
+        /// `i` come last (the reduction's newest factor is ready last).
+        $(#[$attr])*
+        #[inline]
+        fn pair_sums<const L: usize>(
+            x: &[V; L],
+            z: &[V; L],
+            d: usize,
+            (start, end): (usize, usize),
+        ) -> (V, V) {
+            // x_i for i in start..end, and z_(d−i) for the same i (in reverse order).
+            let (xs, zs) = if start < end {
+                (&x[start..end], &z[d + 1 - end..=d - start])
+            } else {
+                (&x[..0], &z[..0])
+            };
+            let (mut lo0, mut lo1, mut hi0, mut hi1) = (zero(), zero(), zero(), zero());
+            let (mut xs, mut zs) = (xs.chunks_exact(2), zs.rchunks_exact(2));
+            for (x, z) in (&mut xs).zip(&mut zs) {
+                lo0 = madd_lo(lo0, x[0], z[1]);
+                hi0 = madd_hi(hi0, x[0], z[1]);
+                lo1 = madd_lo(lo1, x[1], z[0]);
+                hi1 = madd_hi(hi1, x[1], z[0]);
+            }
+            if let ([x], [z]) = (xs.remainder(), zs.remainder()) {
+                lo0 = madd_lo(lo0, *x, *z);
+                hi0 = madd_hi(hi0, *x, *z);
+            }
+            (add(lo0, lo1), add(hi0, hi1))
+        }
+
+        /// Column `c` of `a·b` (`0 ≤ c < 2L`), not yet carried, and what the next column
+        /// needs. Of the products `a_i·b_j`: with `SQUARE` (`b` is `a`), the low halves of
+        /// those with `i + j = c` and the high halves of those with `i + j = c − 1`, each
+        /// cross product (`i ≠ j`) computed once and doubled; otherwise the same without the
+        /// doubling. `high` is the high halves the call for column `c − 1` returned (zero for
+        /// column 0); the call returns the column and the high halves of its own products.
+        $(#[$attr])*
+        #[inline]
+        fn product_column<const L: usize, const SQUARE: bool>(
+            a: &[V; L],
+            b: &[V; L],
+            c: usize,
+            high: V,
+        ) -> (V, V) {
+            let start = c.saturating_sub(L - 1);
+            if !SQUARE {
+                let (low, next) = pair_sums(a, b, c, (start, c.min(L - 1) + 1));
+                return (add(low, high), next);
+            }
+            let (low, next) = pair_sums(a, a, c, (start, c.div_ceil(2)));
+            let mut s = add(low, high);
+            s = add(s, s);
+            if c % 2 == 0 {
+                s = madd_lo(s, a[c / 2], a[c / 2]);
+            } else {
+                s = madd_hi(s, a[c / 2], a[c / 2]);
+            }
+            (s, next)
+        }
+
+        /// Almost Montgomery multiplication (`SQUARE`: squaring, `b` is `a`): `out =
+        /// a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below `2m` for `a, b < 4m` (the limb count gives `R
+        /// ≥ 16m`), every limb below 2^52.
+        ///
+        /// Product scanning: column `c` of `a·b + Y·m` is summed whole ([`product_column`],
+        /// and [`pair_sums`] of the digits `y_i` of `Y` found so far with `m`), then for `c <
+        /// L` the digit `y_c = col·(−m⁻¹) mod 2^52` that clears it, and for `c ≥ L` the
+        /// result's limb `c − L`; its carry goes to column `c + 1`. `Y` is the unique
+        /// `−a·b·m⁻¹ mod R`, so the result is the one word-by-word reduction gives. A column
+        /// is at most `4L` products of 52 bits plus the carry, below 2^60. The running sums
+        /// are a handful of registers whatever `L`; the digits of `Y` and the operands are
+        /// read from memory, one read per multiply-add.
+        $(#[$attr])*
+        #[inline]
+        fn mont<const L: usize, const SQUARE: bool>(
+            a: &[V; L],
+            b: &[V; L],
+            m: &[V; L],
+            k0: V,
+            out: &mut [V; L],
+        ) {
+            let mut y = [zero(); L];
+            // The high halves due to the next column, of a·b and of Y·m, and the carry.
+            let (mut hp, mut hr, mut carry) = (zero(), zero(), zero());
+            for c in 0..L {
+                let p;
+                (p, hp) = product_column::<L, SQUARE>(a, b, c, hp);
+                let (r, next) = pair_sums(&y, m, c, (0, c));
+                let t = add(add(p, r), add(hr, carry));
+                let yc = madd_lo(zero(), t, k0);
+                y[c] = yc;
+                carry = srl52(madd_lo(t, yc, m[0]));
+                hr = madd_hi(next, yc, m[0]);
+            }
+            let mask = splat(MASK52);
+            for (i, o) in out.iter_mut().enumerate() {
+                let c = L + i;
+                let p;
+                (p, hp) = product_column::<L, SQUARE>(a, b, c, hp);
+                let (r, next) = pair_sums(&y, m, c, (c + 1 - L, L));
+                let t = add(add(p, r), add(hr, carry));
+                hr = next;
+                *o = and(t, mask);
+                carry = srl52(t);
+            }
+        }
+
+        /// Almost Montgomery multiplication: `out = a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below
+        /// `2m` for `a, b < 4m` (the limb count gives `R ≥ 16m`), every limb below 2^52. By
+        /// operand scanning ([`amm_rows`]) up to [`ROWS_MAX_LIMBS`], by product scanning
+        /// ([`mont`]) above.
+        $(#[$attr])*
+        #[inline]
+        fn amm<const L: usize>(a: &[V; L], b: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
+            if L <= ROWS_MAX_LIMBS {
+                amm_rows(a, b, m, k0, out);
+            } else {
+                mont::<L, false>(a, b, m, k0, out);
+            }
+        }
+
+        /// Almost Montgomery squaring: `out = a²·R⁻¹ mod m`, as [`amm`]`(a, a)`, each cross
+        /// product computed once.
+        $(#[$attr])*
+        #[inline]
+        fn ams<const L: usize>(a: &[V; L], m: &[V; L], k0: V, out: &mut [V; L]) {
+            if L <= ROWS_MAX_LIMBS {
+                ams_rows(a, m, k0, out);
+            } else {
+                mont::<L, true>(a, a, m, k0, out);
+            }
         }
 
         /// Lane-wise constant-time lookup: lane `i` of the result gets entry `idx_i` of

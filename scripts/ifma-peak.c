@@ -13,10 +13,11 @@
  *            the cycles per second the measuring thread gets;
  *   zmm, ymm twelve independent chains of VPMADD52LUQ on 512-bit and on 256-bit registers:
  *            instructions per cycle, and lanes (52-bit products) per cycle;
- *   floor    for RSA-2048, -3072 and -4096: the multiply-adds of one engine pass (eight
- *            half-exponentiations, one per lane) as crates/opencf-accel/src/engine/lanes.rs
- *            issues them, and the time they take at the zmm rate above, i.e. the fastest a
- *            pass can be on this CPU whatever else is made faster.
+ *   floor    for RSA-2048, -3072 and -4096, with 5-bit and with 4-bit windows: the
+ *            multiply-adds of one engine pass (eight half-exponentiations, one per lane) as
+ *            crates/opencf-accel/src/engine/lanes.rs issues them, and the time they take at
+ *            the zmm rate above, i.e. the fastest a pass can be on this CPU whatever else is
+ *            made faster.
  *
  * Exit status 2 without AVX-512 IFMA.
  */
@@ -90,15 +91,16 @@ MADD_RATE(ymm_rate, "avx512f,avx512ifma,avx512vl", __m256i, _mm256_set1_epi64x,
  *   ams (squaring): the L(L-1)/2 cross products and L squares, low and high halves, then L
  *     reduction steps of 2L+1 (y, the low limb, 2 per further limb, the top);
  *   amm (multiplication): L steps of 4L+1 (a·b_i and y·m, low and high, y, the top);
- *   fixed windows of 5 bits: (windows-1)·(5 ams + 1 amm), the table of 32 entries (30 amm
- *     and the one for table[0]), the base into Montgomery form (2 amm), out of it (1 amm).
+ *   fixed windows of w bits (5, or 4 where the engine's table does not fit the first
+ *     cache): (windows-1)·(w ams + 1 amm), the table of 2^w entries (2^w - 2 amm and the one
+ *     for table[0]), the base into Montgomery form (2 amm), out of it (1 amm).
  */
-static double pass_madds(long l, long bits)
+static double pass_madds(long l, long bits, long w)
 {
     long ams = l * (l - 1) + 2 * l + l * (2 * l + 1);
     long amm = l * (4 * l + 1);
-    long windows = (bits + 4) / 5;
-    return (double)((windows - 1) * (5 * ams + amm) + (30 + 1 + 2 + 1) * amm);
+    long windows = (bits + w - 1) / w;
+    return (double)((windows - 1) * (w * ams + amm) + ((1L << w) - 2 + 1 + 2 + 1) * amm);
 }
 
 int main(int argc, char **argv)
@@ -127,11 +129,12 @@ int main(int argc, char **argv)
         const char *name;
         long limbs, bits;
     } sizes[] = {{"RSA-2048", 20, 1024}, {"RSA-3072", 30, 1536}, {"RSA-4096", 40, 2048}};
-    for (int i = 0; i < 3; i++) {
-        double m = pass_madds(sizes[i].limbs, sizes[i].bits);
-        printf("floor  %s: %.2f million multiply-adds per 8-lane pass, %.0f us at %.2f per "
-               "cycle (%.0f us per request of two halves)\n",
-               sizes[i].name, m / 1e6, m / (zc * f) * 1e6, zc, m / (zc * f) * 1e6 / 4);
-    }
+    for (int i = 0; i < 3; i++)
+        for (long w = 5; w >= 4; w--) {
+            double m = pass_madds(sizes[i].limbs, sizes[i].bits, w);
+            printf("floor  %s, %ld-bit windows: %.2f million multiply-adds per 8-lane pass, "
+                   "%.0f us at %.2f per cycle (%.0f us per request of two halves)\n",
+                   sizes[i].name, w, m / 1e6, m / (zc * f) * 1e6, zc, m / (zc * f) * 1e6 / 4);
+        }
     return 0;
 }

@@ -120,6 +120,17 @@ fn keys(bits: u32, count: usize) -> (Box<dyn Iterator<Item = Rsa<Private>>>, Str
 /// For each size: `keys` keys, `msgs` inputs each; every pass fills the eight lanes with
 /// the halves of four different keys.
 fn check(kind: Kind, keys_per_size: usize, msgs: usize, sizes: &[u32]) {
+    check_windowed(kind, keys_per_size, msgs, sizes, None);
+}
+
+/// [`check`] with exponent windows of `width` bits (`None`: the engine's choice for this CPU).
+fn check_windowed(
+    kind: Kind,
+    keys_per_size: usize,
+    msgs: usize,
+    sizes: &[u32],
+    width: Option<usize>,
+) {
     for &bits in sizes {
         let start = std::time::Instant::now();
         let (mut it, how) = keys(bits, keys_per_size);
@@ -149,7 +160,7 @@ fn check(kind: Kind, keys_per_size: usize, msgs: usize, sizes: &[u32]) {
                     .zip(&pend)
                     .flat_map(|((_, ek), p)| ek.jobs(p))
                     .collect();
-                let mut res = engine::half_exps(kind, &jobs).into_iter();
+                let mut res = engine::half_exps_windowed(kind, &jobs, width).into_iter();
                 // Every half of the pass checked at once, as a worker does.
                 let halves: Vec<rsa::HalfResult> = group
                     .iter()
@@ -176,8 +187,10 @@ fn check(kind: Kind, keys_per_size: usize, msgs: usize, sizes: &[u32]) {
             done += group.len();
         }
         assert_eq!(done, keys_per_size, "RSA-{bits}: every key was made");
+        let windows = width.map_or_else(String::new, |w| format!(", {w}-bit windows"));
         eprintln!(
-            "{kind:?}: RSA-{bits}: {done} keys ({how}) × {msgs} inputs equal OpenSSL's ({:.0} s)",
+            "{kind:?}: RSA-{bits}: {done} keys ({how}) × {msgs} inputs equal OpenSSL's{windows} \
+             ({:.0} s)",
             start.elapsed().as_secs_f64()
         );
     }
@@ -199,6 +212,22 @@ fn ifma_engine_matches_openssl() {
     let keys = count("OPENCF_ACCEL_KEYS", 20, 10_000);
     let msgs = count("OPENCF_ACCEL_MSGS", 50, 1);
     check(Kind::Ifma, keys, msgs, &[2048, 3072, 4096]);
+}
+
+/// Both window widths the engine chooses between (`engine::window_bits`: 4 bits where the
+/// 5-bit table does not fit the first-level cache), whatever this CPU's choice, on both
+/// engines: one key per size, the edge inputs 0, 1 and `n − 1` and a random one.
+#[test]
+fn both_window_widths_match_openssl() {
+    let mut kinds = vec![Kind::Portable];
+    if engine::ifma_present() {
+        kinds.push(Kind::Ifma);
+    }
+    for kind in kinds {
+        for width in [4, 5] {
+            check_windowed(kind, 1, 4, &[2048, 3072, 4096], Some(width));
+        }
+    }
 }
 
 /// A result with one flipped bit in either CRT half is never released: the half fails its

@@ -36,7 +36,7 @@ pub(super) const ROWS_MAX_LIMBS: usize = 30;
 macro_rules! lane_engine {
     ($(#[$attr:meta])*) => {
         use $crate::engine::lanes::ROWS_MAX_LIMBS;
-        use $crate::engine::{Moduli, Pass, PublicPass, Work, MASK52, WINDOW};
+        use $crate::engine::{Moduli, Pass, PublicPass, Work, MASK52};
 
         $(#[$attr])*
         #[inline]
@@ -360,10 +360,10 @@ macro_rules! lane_engine {
             let mut one = [zero(); L];
             one[0] = splat(1);
             // table[i] = x^i in Montgomery form; table[0] = R mod m = amm(R², 1).
-            let mut table = vec![[zero(); L]; 1 << WINDOW];
+            let mut table = vec![[zero(); L]; 1 << p.window];
             amm(&rr, &one, &m, k0, &mut table[0]);
             table[1] = x;
-            for i in 2..1 << WINDOW {
+            for i in 2..1 << p.window {
                 let (done, rest) = table.split_at_mut(i);
                 amm(&done[i - 1], &x, &m, k0, &mut rest[0]);
             }
@@ -371,7 +371,7 @@ macro_rules! lane_engine {
             let (mut r, mut s) = (&mut [zero(); L], &mut [zero(); L]);
             select(&table, lanes(p.windows[0]), r);
             for w in &p.windows[1..] {
-                for _ in 0..WINDOW {
+                for _ in 0..p.window {
                     ams(r, &m, k0, s);
                     core::mem::swap(&mut r, &mut s);
                 }

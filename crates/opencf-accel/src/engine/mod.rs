@@ -24,8 +24,52 @@ use zeroize::{Zeroize, Zeroizing};
 
 /// Lanes per pass.
 pub const LANES: usize = 8;
-/// Window width of the fixed-window exponentiation (a table of 32 powers per lane).
-pub const WINDOW: usize = 5;
+/// The widest window of the fixed-window exponentiation (a table of 32 powers per lane).
+pub const MAX_WINDOW: usize = 5;
+
+/// The first-level data cache of this CPU in bytes (`/sys/devices/system/cpu/cpu0/cache`),
+/// read once; `None` where Linux does not say.
+fn l1d_bytes() -> Option<usize> {
+    static L1D: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *L1D.get_or_init(|| {
+        let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+        dir.flatten().find_map(|e| {
+            let read = |f: &str| std::fs::read_to_string(e.path().join(f)).ok();
+            let (level, kind) = (read("level")?, read("type")?);
+            if level.trim() != "1" || kind.trim() != "Data" {
+                return None;
+            }
+            let size = read("size")?;
+            let kib: usize = size.trim().strip_suffix('K')?.parse().ok()?;
+            Some(kib * 1024)
+        })
+    })
+}
+
+/// The window width for primes of `limbs` 52-bit limbs on this CPU: 5 bits (32 powers per
+/// lane), or 4 (16 powers) where the 5-bit table (`32·limbs` vectors of 64 bytes) does not fit
+/// the first-level data cache and the 4-bit one does. The constant-time lookup reads the
+/// whole table at every window, so a table that spills to the second-level cache costs more
+/// than the 4-bit windows' extra multiplications (docs/ACCEL.md, "The window and the first
+/// cache"). `$OPENCF_ACCEL_WINDOW` (`4` or `5`, read once) sets it for every size, for
+/// measurements.
+pub fn window_bits(limbs: usize) -> usize {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| {
+        let v = std::env::var("OPENCF_ACCEL_WINDOW").ok()?;
+        v.trim().parse().ok().filter(|w| [4, 5].contains(w))
+    });
+    forced.unwrap_or_else(|| window_for(limbs, l1d_bytes()))
+}
+
+/// [`window_bits`] for a first-level data cache of `l1d` bytes (`None`: unknown, 5 bits).
+pub fn window_for(limbs: usize, l1d: Option<usize>) -> usize {
+    let table = |bits: usize| (1usize << bits) * limbs * 64;
+    match l1d {
+        Some(l1d) if table(MAX_WINDOW) > l1d && table(4) <= l1d => 4,
+        _ => MAX_WINDOW,
+    }
+}
 /// The low 52 bits.
 pub const MASK52: u64 = (1 << 52) - 1;
 
@@ -83,7 +127,9 @@ pub struct Pass {
     pub lo: Vec<[u64; 8]>,
     /// The base divided by `R` (the base is below `R²`).
     pub hi: Vec<[u64; 8]>,
-    /// The exponent's windows of [`WINDOW`] bits, most significant first.
+    /// Bits per window ([`window_bits`]).
+    pub window: usize,
+    /// The exponent's windows of `window` bits, most significant first.
     pub windows: Vec<[u64; 8]>,
 }
 
@@ -276,16 +322,17 @@ impl Prime {
         })
     }
 
-    /// Number of windows of an exponent below `2^bits`.
-    fn windows(&self) -> usize {
-        self.bits.div_ceil(WINDOW)
+    /// Number of windows of `width` bits of an exponent below `2^bits`.
+    fn windows(&self, width: usize) -> usize {
+        self.bits.div_ceil(width)
     }
 
-    /// Window `w` (bits `5w..5w+5`) of the exponent; the position is public.
-    fn window(&self, w: usize) -> u64 {
-        let b = w * WINDOW;
+    /// Window `w` of `width` bits (bits `width·w..width·(w+1)`) of the exponent; the position
+    /// is public.
+    fn window(&self, w: usize, width: usize) -> u64 {
+        let b = w * width;
         let pair = u128::from(self.exp[b / 64]) | (u128::from(self.exp[b / 64 + 1]) << 64);
-        (pair >> (b % 64)) as u64 & ((1 << WINDOW) - 1)
+        (pair >> (b % 64)) as u64 & ((1 << width) - 1)
     }
 
     /// A value below the prime (little-endian 64-bit words) in the engine's `l` 52-bit limbs.
@@ -345,13 +392,27 @@ fn by_passes<J>(
 /// Runs `jobs` (all of one prime size) on `kind`, eight lanes a pass; each result is the
 /// fully reduced value in `l` 52-bit limbs.
 pub fn half_exps(kind: Kind, jobs: &[Job]) -> Vec<Zeroizing<Vec<u64>>> {
+    half_exps_windowed(kind, jobs, None)
+}
+
+/// [`half_exps`] with windows of `width` bits (1 to [`MAX_WINDOW`]) instead of
+/// [`window_bits`]' choice, for tests of either width on any CPU.
+pub fn half_exps_windowed(
+    kind: Kind,
+    jobs: &[Job],
+    width: Option<usize>,
+) -> Vec<Zeroizing<Vec<u64>>> {
+    assert!(width.is_none_or(|w| (1..=MAX_WINDOW).contains(&w)));
     let pass = |lanes: [&Job; LANES], moduli: Moduli| {
-        let (l, nw) = (moduli.limbs, lanes[0].prime.windows());
+        let l = moduli.limbs;
+        let width = width.unwrap_or_else(|| window_bits(l));
+        let nw = lanes[0].prime.windows(width);
         let pass = Pass {
             rrr: interleave(l, |i, j| lanes[i].prime.rrr[j]),
             lo: interleave(l, |i, j| lanes[i].base[j]),
             hi: interleave(l, |i, j| lanes[i].base[l + j]),
-            windows: interleave(nw, |i, w| lanes[i].prime.window(nw - 1 - w)),
+            window: width,
+            windows: interleave(nw, |i, w| lanes[i].prime.window(nw - 1 - w, width)),
             moduli,
         };
         run(kind, Work::Private(&pass))
@@ -403,6 +464,21 @@ fn reduce_once(r: &mut [u64], m: &[u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_fits_the_first_cache() {
+        // RSA-2048 halves: the 5-bit table is 40 KiB, the 4-bit one 20 KiB.
+        assert_eq!(window_for(20, Some(32 * 1024)), 4);
+        assert_eq!(window_for(20, Some(48 * 1024)), 5);
+        // RSA-3072: 60 and 30 KiB.
+        assert_eq!(window_for(30, Some(32 * 1024)), 4);
+        // RSA-4096: 80 and 40 KiB; neither fits 32 KiB, so the fewer multiplications win.
+        assert_eq!(window_for(40, Some(32 * 1024)), 5);
+        assert_eq!(window_for(40, Some(48 * 1024)), 4);
+        assert_eq!(window_for(40, Some(1 << 20)), 5);
+        assert_eq!(window_for(20, None), 5);
+        assert!([4, 5].contains(&window_bits(20)));
+    }
 
     #[test]
     fn repack_round_trip() {

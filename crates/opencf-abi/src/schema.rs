@@ -93,23 +93,21 @@ const SECRET: &[CK_ATTRIBUTE_TYPE] = &[
     CKA_VALUE_LEN,
 ];
 
-/// Key-material attributes by key type (public and private parts together).
-const MATERIAL: &[CK_ATTRIBUTE_TYPE] = &[
+/// The public parts of key material, of every key type; the secret parts are
+/// [`SENSITIVE_ATTRS`]. A public or private key may carry either ([`is_material`]).
+const PUBLIC_MATERIAL: &[CK_ATTRIBUTE_TYPE] = &[
     CKA_MODULUS,
     CKA_MODULUS_BITS,
     CKA_PUBLIC_EXPONENT,
-    CKA_PRIVATE_EXPONENT,
-    CKA_PRIME_1,
-    CKA_PRIME_2,
-    CKA_EXPONENT_1,
-    CKA_EXPONENT_2,
-    CKA_COEFFICIENT,
     CKA_EC_PARAMS,
     CKA_EC_POINT,
-    CKA_VALUE,
     CKA_PARAMETER_SET,
-    CKA_SEED,
 ];
+
+/// Whether `t` is key material, public or secret.
+fn is_material(t: CK_ATTRIBUTE_TYPE) -> bool {
+    PUBLIC_MATERIAL.contains(&t) || SENSITIVE_ATTRS.contains(&t)
+}
 
 const DATA: &[CK_ATTRIBUTE_TYPE] = &[CKA_APPLICATION, CKA_OBJECT_ID, CKA_VALUE];
 
@@ -154,8 +152,8 @@ pub fn allowed(class: CK_OBJECT_CLASS, t: CK_ATTRIBUTE_TYPE) -> bool {
     match class {
         CKO_DATA => DATA.contains(&t),
         CKO_CERTIFICATE => CERT.contains(&t),
-        CKO_PUBLIC_KEY => KEY.contains(&t) || PUBLIC.contains(&t) || MATERIAL.contains(&t),
-        CKO_PRIVATE_KEY => KEY.contains(&t) || PRIVATE.contains(&t) || MATERIAL.contains(&t),
+        CKO_PUBLIC_KEY => KEY.contains(&t) || PUBLIC.contains(&t) || is_material(t),
+        CKO_PRIVATE_KEY => KEY.contains(&t) || PRIVATE.contains(&t) || is_material(t),
         CKO_SECRET_KEY => KEY.contains(&t) || SECRET.contains(&t),
         _ => false,
     }

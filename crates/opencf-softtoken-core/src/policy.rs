@@ -173,23 +173,13 @@ pub fn apply_defaults(attrs: &mut AttrMap, class: CK_OBJECT_CLASS, origin: Origi
     }
 }
 
-/// Key material a generation template must not carry (the mechanism makes it).
-pub const GENERATED_MATERIAL: &[CK_ATTRIBUTE_TYPE] = &[
-    CKA_VALUE,
-    CKA_MODULUS,
-    CKA_PRIVATE_EXPONENT,
-    CKA_PRIME_1,
-    CKA_PRIME_2,
-    CKA_EXPONENT_1,
-    CKA_EXPONENT_2,
-    CKA_COEFFICIENT,
-    CKA_EC_POINT,
-    CKA_SEED,
-];
+/// The public key material a mechanism makes; with every secret attribute
+/// ([`SENSITIVE_ATTRS`]), what a generation template must not carry.
+pub const GENERATED_PUBLIC: &[CK_ATTRIBUTE_TYPE] = &[CKA_MODULUS, CKA_EC_POINT];
 
 /// `CKR_TEMPLATE_INCONSISTENT` when a key-generation template gives key material.
 pub fn check_generation_template(t: &AttrMap) -> CkResult<()> {
-    if GENERATED_MATERIAL.iter().any(|a| t.contains_key(a)) {
+    if (SENSITIVE_ATTRS.iter().chain(GENERATED_PUBLIC)).any(|a| t.contains_key(a)) {
         return Err(CKR_TEMPLATE_INCONSISTENT);
     }
     Ok(())

@@ -79,10 +79,10 @@ fn break_even() {
         };
         let window = engine::window_bits(engine::limbs_for(bits / 2));
         println!(
-            "RSA-{bits}: engine pass (8 lanes, {window}-bit windows) {pass:.0} µs, i.e. {:.0} µs per request when \
-             full; OpenSSL private op {ossl:.0} µs; lone request on the engine {ours:.0} µs; \
-             break-even at {:.1} requests per pass (default threshold: {} requests in flight; \
-             with these figures {verdict})",
+            "RSA-{bits}: engine pass (8 lanes, {window}-bit windows) {pass:.0} µs, i.e. {:.0} µs \
+             per request when full; OpenSSL private op {ossl:.0} µs; lone request on the engine \
+             {ours:.0} µs; break-even at {:.1} requests per pass (default threshold: {} requests \
+             in flight; with these figures {verdict})",
             pass / 4.0,
             pass / ossl,
             sched::batch_threshold(bits),

@@ -253,9 +253,9 @@ macro_rules! lane_engine {
             (s, next)
         }
 
-        /// Almost Montgomery multiplication (`SQUARE`: squaring, `b` is `a`): `out =
-        /// a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below `2m` for `a, b < 4m` (the limb count gives `R
-        /// ≥ 16m`), every limb below 2^52.
+        /// Almost Montgomery multiplication (`SQUARE`: squaring, `b` is `a`):
+        /// `out = a·b·R⁻¹ mod m`, `R = 2^(52·L)`, below `2m` for `a, b < 4m` (the limb count
+        /// gives `R ≥ 16m`), every limb below 2^52.
         ///
         /// Product scanning: column `c` of `a·b + Y·m` is summed whole ([`product_column`],
         /// and [`pair_sums`] of the digits `y_i` of `Y` found so far with `m`), then for `c <

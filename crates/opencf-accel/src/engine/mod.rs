@@ -24,6 +24,8 @@ use zeroize::{Zeroize, Zeroizing};
 
 /// Lanes per pass.
 pub const LANES: usize = 8;
+/// The low 52 bits.
+pub const MASK52: u64 = (1 << 52) - 1;
 /// The widest window of the fixed-window exponentiation (a table of 32 powers per lane).
 pub const MAX_WINDOW: usize = 5;
 
@@ -70,8 +72,6 @@ pub fn window_for(limbs: usize, l1d: Option<usize>) -> usize {
         _ => MAX_WINDOW,
     }
 }
-/// The low 52 bits.
-pub const MASK52: u64 = (1 << 52) - 1;
 
 /// An engine implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,9 @@
 # libopencf.so over [accel, softtoken] (the softtoken as keystore), with no min_bytes, so
 # that every AES-GCM operation runs in the accelerator. RSA signing and decryption run in
 # libopencf_accel.so (keys moved in by AES-KWP); verification and encryption, and the key
-# sizes the engine does not serve, in the softtoken. AES-GCM runs on the bulk engine, once
+# sizes the engine does not serve, in the softtoken; the private operations once as the
+# scheduler places them (one thread: OpenSSL inside the accelerator) and once all on the
+# engine (OPENCF_ACCEL_BATCH=1), which the accelerator's counters must show. AES-GCM runs on the bulk engine, once
 # as it chooses (one piece for such small inputs) and once cut into 3 pieces
 # (OPENCF_ACCEL_BULK_PARTS=3), so that the combination of partial tags meets every vector.
 #
@@ -70,6 +72,22 @@ wycheproof() {
 if [ $rsa = 1 ]; then
     echo "--- RSA Wycheproof files through slot 0, accelerator first"
     wycheproof rsa_
+    # One thread keeps one request in flight, below the batching threshold, so the private
+    # operations above ran with OpenSSL inside the accelerator. Again with every request on
+    # the engine (OPENCF_ACCEL_BATCH=1: a lone request runs a pass of its own), and the
+    # accelerator's counters must show passes and no request on OpenSSL's path.
+    echo "--- the same, every private operation on the engine (OPENCF_ACCEL_BATCH=1)"
+    OPENCF_STAT_DIR="$WORK/stat-engine" OPENCF_ACCEL_BATCH=1 wycheproof rsa_
+    counters="$("$REL/cryptoadm" stat --dir "$WORK/stat-engine" -p accel)"
+    counter() { awk -v c="$1" '$1 == "accel" && $2 == c { print $3 }' <<<"$counters"; }
+    passes="$(counter rsa_passes)" direct="$(counter rsa_direct)"
+    if [ "${passes:-0}" -gt 0 ] && [ "${direct:-0}" = 0 ]; then
+        echo "PASS the engine ran the private operations: rsa_passes ${passes}, rsa_direct 0"
+    else
+        echo "FAIL rsa_passes ${passes:-0}, rsa_direct ${direct:-0}: the engine did not run them"
+        echo "$counters"
+        exit 1
+    fi
     echo "accel: RSA Wycheproof through slot 0 passed"
 fi
 if [ $gcm = 1 ]; then

@@ -6,7 +6,9 @@
 # (malformed/random/mutated first flights, a stalled handshake, 10,000 idle connections, the
 # application down, reset or killed), the PROXY protocol header (v1, v2) and the idle timeout,
 # worker processes (`workers = 2`: tickets resumed on
-# either worker, reload, a killed worker restarted, stop) and the counters in
+# either worker, reload, a killed worker restarted, stop), the accelerator provider behind the
+# proxy (RSA signatures by its engine; corrupted engine results caught and signed by the
+# software token instead) and the counters in
 # `cryptoadm stat --json`.
 #
 # Every server listens on 127.0.0.1 on high ports; every wait is bounded; a trap kills every
@@ -49,12 +51,12 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 20
+pick_ports 22
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
 P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
-P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19))
+P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -480,6 +482,110 @@ workers_bad_ok() { # a worker that cannot start: the daemon exits non-zero, the 
     grep -q "between 1 and 64" <<<"$out"
 }
 check "--workers 2 with a missing key: exits non-zero with the worker's error; --workers 65 refused" workers_bad_ok
+
+# --- the accelerator provider behind the proxy ------------------------------------------------
+# A daemon of its own whose libopencf.so has libopencf_accel.so beside it (the built-in default
+# then puts the accelerator first), serving the token's RSA-2048 and P-256 keys, with its own
+# statistics directory. OPENCF_ACCEL_BATCH=1 sends every RSA signature to the engine (a lone
+# request runs a pass of its own), so the clients below verify signatures the engine made; the
+# accelerator signs P-256 in ordinary sessions with OpenSSL (docs/ACCEL.md). Again with
+# OPENCF_ACCEL_FAULT=engine-error: every RSA engine result is corrupted, the accelerator catches
+# it and answers an error, and the framework signs with the software token instead.
+ACCEL_ENGINES=1
+if [ ! -e "$REL/libopencf_accel.so" ]; then
+    ACCEL_ENGINES=
+elif ! grep -qw avx512ifma /proc/cpuinfo || [[ ",${OPENCF_ACCEL_DISABLE:-}," == *,ifma,* ]]; then
+    ACCEL_ENGINES=0
+fi
+accel_daemon() { # STEM FAULT: the daemon on P_AR (RSA) and P_AE (EC), its pid in W/STEM.pid
+    local stem=$1 fault=$2
+    mkdir -p "$W/lib-$stem" && mkdir -m 700 "$W/stat-$stem" || return 1
+    cp "$W/lib/libopencf.so" "$W/lib/libopencf_softtoken.so" "$REL/libopencf_accel.so" "$W/lib-$stem/" || return 1
+    cat > "$W/$stem.toml" <<TOML
+module = "$W/lib-$stem/libopencf.so"
+
+[[instance]]
+address = "127.0.0.1"
+port = $P_AR
+proxy_port = $HTTP
+pin_file = "$W/pin"
+cert_file = "$W/tlsproxy.d/127.0.0.1-$P_RSA.pem"
+key_uri = "pkcs11:token=OpenCF%20Metaslot;object=tlsproxy-127.0.0.1-$P_RSA;type=private"
+
+[[instance]]
+address = "127.0.0.1"
+port = $P_AE
+proxy_port = $HTTP
+pin_file = "$W/pin"
+cert_file = "$W/tlsproxy.d/127.0.0.1-$P_EC.pem"
+key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web-ec;type=private"
+TOML
+    OPENCF_STAT_DIR="$W/stat-$stem" OPENCF_ACCEL_BATCH=1 OPENCF_ACCEL_FAULT="$fault" \
+        "$REL/opencf-tlsproxy" --config "$W/$stem.toml" --pid-file "$W/$stem.pid" 2>"$W/$stem.log" &
+    PIDS+=($!)
+    wait_port "$P_AR" && wait_port "$P_AE" && for _ in $(seq 100); do [ -s "$W/$stem.pid" ] && return 0; sleep 0.1; done
+    sed 's/^/    /' "$W/$stem.log"
+    return 1
+}
+accel_stop_ok() { # STEM: SIGTERM, then the process, its pid file and both ports gone
+    local pid
+    pid=$(cat "$W/$1.pid") && kill -TERM "$pid" || return 1
+    for _ in $(seq 150); do [ -e "/proc/$pid" ] || break; sleep 0.1; done
+    [ ! -e "/proc/$pid" ] && [ ! -e "$W/$1.pid" ] && wait_port "$P_AR" down && wait_port "$P_AE" down
+}
+accel_handshakes_ok() { # four handshakes, each signature checked by the client
+    curl_ok "$P_AR" "$W/rsa.crt" --tlsv1.3 && curl_ok "$P_AR" "$W/rsa.crt" --tls-max 1.2 \
+        && curl_ok "$P_AE" "$W/ec.crt" --tlsv1.3 && curl_ok "$P_AE" "$W/ec.crt" --tls-max 1.2
+}
+accel_stat_ok() { # STEM, then "name>=N" or "name=N" conditions on accel's mechanisms and counters
+    local stem=$1; shift
+    "$REL/cryptoadm" stat --dir "$W/stat-$stem" --json > "$W/stat-$stem.json" || return 1
+    python3 - "$W/stat-$stem.json" "$@" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+v = {}
+for x in d["mechanisms"]:
+    for field in ("ops", "fallbacks"):
+        key = f'{x["provider"]}.{x["mechanism"]}.{field}'
+        v[key] = v.get(key, 0) + x[field]
+for x in d["counters"]:
+    v[f'{x["component"]}.{x["name"]}'] = x["value"]
+print("    " + ", ".join(f"{k}={n}" for k, n in sorted(v.items())
+                          if k.startswith(("accel.", "softtoken.")) and n))
+ok = True
+for cond in sys.argv[2:]:
+    name, op, want = re.fullmatch(r"([\w.]+)(>=|=)(\d+)", cond).groups()
+    got = v.get(name, 0)
+    if not (got >= int(want) if op == ">=" else got == int(want)):
+        print(f"    {name} = {got}, wanted {op} {want}")
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+}
+if [ -z "$ACCEL_ENGINES" ]; then
+    echo "SKIP: the accelerator behind the proxy: $REL/libopencf_accel.so not built"
+else
+    check "the accelerator behind the proxy (OPENCF_ACCEL_BATCH=1): daemon listening" accel_daemon accel ""
+    check "accelerator: curl TLS 1.3 and 1.2 with the RSA-2048 and P-256 keys" accel_handshakes_ok
+    if [ "$ACCEL_ENGINES" = 1 ]; then
+        check "accelerator: every signature made there, the RSA ones by its engine (cryptoadm stat)" \
+            accel_stat_ok accel "accel.CKM_SHA256_RSA_PKCS_PSS.ops>=2" "accel.CKM_ECDSA.ops>=2" \
+            "accel.rsa_passes>=2" "accel.rsa_direct=0" "softtoken.CKM_SHA256_RSA_PKCS_PSS.ops=0" \
+            "softtoken.CKM_ECDSA.ops=0"
+    else
+        echo "SKIP: the accelerator's RSA engine: this CPU has no AVX-512 IFMA (or OPENCF_ACCEL_DISABLE=ifma); only the handshakes are checked"
+    fi
+    check "accelerator: SIGTERM stops that daemon" accel_stop_ok accel
+    check "the accelerator with corrupted engine results (OPENCF_ACCEL_FAULT=engine-error): daemon listening" \
+        accel_daemon faulty engine-error
+    check "corrupted engine results: curl TLS 1.3 and 1.2 with both keys still succeeds" accel_handshakes_ok
+    if [ "$ACCEL_ENGINES" = 1 ]; then
+        check "corrupted RSA engine results: caught, and the software token signed instead (cryptoadm stat)" \
+            accel_stat_ok faulty "accel.rsa_faults>=2" "accel.CKM_SHA256_RSA_PKCS_PSS.fallbacks>=2" \
+            "softtoken.CKM_SHA256_RSA_PKCS_PSS.ops>=2" "accel.CKM_ECDSA.ops>=2"
+    fi
+    check "corrupted engine results: SIGTERM stops that daemon" accel_stop_ok faulty
+fi
 
 # --- counters ---------------------------------------------------------------------------------
 stat_ok() {

@@ -129,6 +129,8 @@ const TOKEN_FLAGS: &[(CK_FLAGS, &str)] = &[
     (sys::CKF_SO_PIN_LOCKED, "SO_PIN_LOCKED"),
     (sys::CKF_SO_PIN_TO_BE_CHANGED, "SO_PIN_TO_BE_CHANGED"),
     (sys::CKF_ERROR_STATE, "ERROR_STATE"),
+    (sys::CKF_SEED_RANDOM_REQUIRED, "SEED_RANDOM_REQUIRED"),
+    (sys::CKF_ASYNC_SESSION_SUPPORTED, "ASYNC_SESSION_SUPPORTED"),
 ];
 
 const MECH_FLAGS: &[(CK_FLAGS, &str)] = &[
@@ -296,4 +298,29 @@ fn probe_slot(prov: &Provider, cfg: &ProviderConfig, slot: sys::CK_SLOT_ID) -> S
             .push(format!("C_GetMechanismList failed: {}", rv_name(rv))),
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The token flags of PKCS#11 3.2 have names; a bit without one is still shown, in hex.
+    #[test]
+    fn token_flags_of_version_3_2_are_named() {
+        let flags = sys::CKF_RNG
+            | sys::CKF_TOKEN_INITIALIZED
+            | sys::CKF_SEED_RANDOM_REQUIRED
+            | sys::CKF_ASYNC_SESSION_SUPPORTED
+            | 0x8000_0000;
+        assert_eq!(
+            flag_names(flags, TOKEN_FLAGS),
+            [
+                "RNG",
+                "TOKEN_INITIALIZED",
+                "SEED_RANDOM_REQUIRED",
+                "ASYNC_SESSION_SUPPORTED",
+                "0x80000000"
+            ]
+        );
+    }
 }

@@ -4,10 +4,11 @@
 # that every AES-GCM operation runs in the accelerator. RSA signing and decryption run in
 # libopencf_accel.so (keys moved in by AES-KWP); verification and encryption, and the key
 # sizes the engine does not serve, in the softtoken; the private operations once as the
-# scheduler places them (one thread: OpenSSL inside the accelerator) and once all on the
-# engine (OPENCF_ACCEL_BATCH=1), which the accelerator's counters must show. AES-GCM runs on the bulk engine, once
-# as it chooses (one piece for such small inputs) and once cut into 3 pieces
-# (OPENCF_ACCEL_BULK_PARTS=3), so that the combination of partial tags meets every vector.
+# scheduler places them (few in flight: OpenSSL inside the accelerator) and once all on the
+# engine (OPENCF_ACCEL_BATCH=1), which the accelerator's counters must show. AES-GCM runs on
+# the bulk engine, once as it chooses (one piece for such small inputs) and once cut into 3
+# pieces (OPENCF_ACCEL_BULK_PARTS=3), so that the combination of partial tags meets every
+# vector.
 #
 # Each part is skipped (with the reason) where the accelerator does not serve it: RSA on a
 # CPU without AVX-512 IFMA or with OPENCF_ACCEL_DISABLE=ifma, AES-GCM on one core or with
@@ -72,10 +73,10 @@ wycheproof() {
 if [ $rsa = 1 ]; then
     echo "--- RSA Wycheproof files through slot 0, accelerator first"
     wycheproof rsa_
-    # One thread keeps one request in flight, below the batching threshold, so the private
-    # operations above ran with OpenSSL inside the accelerator. Again with every request on
-    # the engine (OPENCF_ACCEL_BATCH=1: a lone request runs a pass of its own), and the
-    # accelerator's counters must show passes and no request on OpenSSL's path.
+    # The test threads keep a request or two in flight, below the batching threshold, so the
+    # private operations above ran with OpenSSL inside the accelerator. Again with every
+    # request on the engine (OPENCF_ACCEL_BATCH=1: a lone request runs a pass of its own), and
+    # the accelerator's counters must show passes and no request on OpenSSL's path.
     echo "--- the same, every private operation on the engine (OPENCF_ACCEL_BATCH=1)"
     OPENCF_STAT_DIR="$WORK/stat-engine" OPENCF_ACCEL_BATCH=1 wycheproof rsa_
     counters="$("$REL/cryptoadm" stat --dir "$WORK/stat-engine" -p accel)"

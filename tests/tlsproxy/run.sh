@@ -243,6 +243,18 @@ check "a client stalled mid-handshake is dropped after the 2 s handshake timeout
 python3 "$HERE/robust.py" echo "$P_ECHO" &
 PIDS+=($!)
 wait_port "$P_ECHO" || fail "echo service did not start"
+# Starts opencf-tlsproxy on W/STEM.toml in the background (pid file W/STEM.pid, errors in
+# W/STEM.log; variables assigned before the call reach it) and waits until it listens on every
+# PORT and has written its pid file; otherwise prints its log.
+start_daemon() { # STEM PORT...
+    local stem=$1 p; shift
+    "$REL/opencf-tlsproxy" --config "$W/$stem.toml" --pid-file "$W/$stem.pid" 2>"$W/$stem.log" &
+    PIDS+=($!)
+    for p in "$@"; do wait_port "$p" || { sed 's/^/    /' "$W/$stem.log"; return 1; }; done
+    for _ in $(seq 100); do [ -s "$W/$stem.pid" ] && return 0; sleep 0.1; done
+    sed 's/^/    /' "$W/$stem.log"
+    return 1
+}
 # A daemon of its own (EC key, echo service), given worker processes to run: the instance file,
 # then the daemon in the background with its pid file (WORKERS, INSTANCE_PORT, FILE_STEM).
 workers_daemon() {
@@ -260,23 +272,25 @@ pin_file = "$W/pin"
 cert_file = "$W/tlsproxy.d/127.0.0.1-$P_EC.pem"
 key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web-ec;type=private"
 TOML
-    "$REL/opencf-tlsproxy" --config "$W/$stem.toml" --pid-file "$W/$stem.pid" 2>"$W/$stem.log" &
-    PIDS+=($!)
-    wait_port "$port" && for _ in $(seq 100); do [ -s "$W/$stem.pid" ] && return 0; sleep 0.1; done
-    sed 's/^/    /' "$W/$stem.log"
-    return 1
+    start_daemon "$stem" "$port"
 }
 # The worker processes of a supervisor (its children).
 worker_pids() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . | sort -n; }
-# Stops a daemon with SIGTERM: the supervisor, its workers and the pid file gone, the port closed.
+# Stops a daemon with SIGTERM: its process and its pid file gone, every PORT closed.
+sigterm_ok() { # STEM PORT...
+    local stem=$1 pid p; shift
+    pid=$(cat "$W/$stem.pid") && kill -TERM "$pid" || return 1
+    for _ in $(seq 150); do [ -e "/proc/$pid" ] || break; sleep 0.1; done
+    [ ! -e "/proc/$pid" ] || { echo "    daemon $pid still running"; return 1; }
+    [ ! -e "$W/$stem.pid" ] || return 1
+    for p in "$@"; do port_free "$p" || return 1; done
+}
+# The same for a supervisor: its worker processes gone too.
 term_ok() { # STEM PORT
     local sup ws p
     sup=$(cat "$W/$1.pid") && ws=$(worker_pids "$sup") || return 1
-    kill -TERM "$sup" || return 1
-    for _ in $(seq 150); do [ -e "/proc/$sup" ] || break; sleep 0.1; done
-    [ ! -e "/proc/$sup" ] || { echo "    supervisor $sup still running"; return 1; }
+    sigterm_ok "$@" || return 1
     for p in $ws; do [ ! -e "/proc/$p" ] || { echo "    worker $p still running"; return 1; }; done
-    [ ! -e "$W/$1.pid" ] && port_free "$2"
 }
 
 if [ "$IDLE_WORKERS" -gt 1 ]; then
@@ -521,17 +535,7 @@ cert_file = "$W/tlsproxy.d/127.0.0.1-$P_EC.pem"
 key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web-ec;type=private"
 TOML
     OPENCF_STAT_DIR="$W/stat-$stem" OPENCF_ACCEL_BATCH=1 OPENCF_ACCEL_FAULT="$fault" \
-        "$REL/opencf-tlsproxy" --config "$W/$stem.toml" --pid-file "$W/$stem.pid" 2>"$W/$stem.log" &
-    PIDS+=($!)
-    wait_port "$P_AR" && wait_port "$P_AE" && for _ in $(seq 100); do [ -s "$W/$stem.pid" ] && return 0; sleep 0.1; done
-    sed 's/^/    /' "$W/$stem.log"
-    return 1
-}
-accel_stop_ok() { # STEM: SIGTERM, then the process, its pid file and both ports gone
-    local pid
-    pid=$(cat "$W/$1.pid") && kill -TERM "$pid" || return 1
-    for _ in $(seq 150); do [ -e "/proc/$pid" ] || break; sleep 0.1; done
-    [ ! -e "/proc/$pid" ] && [ ! -e "$W/$1.pid" ] && wait_port "$P_AR" down && wait_port "$P_AE" down
+        start_daemon "$stem" "$P_AR" "$P_AE"
 }
 accel_handshakes_ok() { # four handshakes, each signature checked by the client
     curl_ok "$P_AR" "$W/rsa.crt" --tlsv1.3 && curl_ok "$P_AR" "$W/rsa.crt" --tls-max 1.2 \
@@ -575,7 +579,7 @@ else
     else
         echo "SKIP: the accelerator's RSA engine: this CPU has no AVX-512 IFMA (or OPENCF_ACCEL_DISABLE=ifma); only the handshakes are checked"
     fi
-    check "accelerator: SIGTERM stops that daemon" accel_stop_ok accel
+    check "accelerator: SIGTERM stops that daemon" sigterm_ok accel "$P_AR" "$P_AE"
     check "the accelerator with corrupted engine results (OPENCF_ACCEL_FAULT=engine-error): daemon listening" \
         accel_daemon faulty engine-error
     check "corrupted engine results: curl TLS 1.3 and 1.2 with both keys still succeeds" accel_handshakes_ok
@@ -584,7 +588,7 @@ else
             accel_stat_ok faulty "accel.rsa_faults>=2" "accel.CKM_SHA256_RSA_PKCS_PSS.fallbacks>=2" \
             "softtoken.CKM_SHA256_RSA_PKCS_PSS.ops>=2" "accel.CKM_ECDSA.ops>=2"
     fi
-    check "corrupted engine results: SIGTERM stops that daemon" accel_stop_ok faulty
+    check "corrupted engine results: SIGTERM stops that daemon" sigterm_ok faulty "$P_AR" "$P_AE"
 fi
 
 # --- counters ---------------------------------------------------------------------------------

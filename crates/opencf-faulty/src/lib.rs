@@ -12,6 +12,9 @@
 //! * `busy`: the same calls answer `CKR_DEVICE_MEMORY`;
 //! * `op-error`: only the single-part calls answer `CKR_DEVICE_ERROR` (the inits succeed), so
 //!   a caller sees the failure after it bound the operation here;
+//! * `slow:MS`: every single-part call sleeps MS milliseconds, then goes through (a token
+//!   behind a network, or a busy hardware module, as the caller sees it); a call that only
+//!   asks for the output's length does not wait;
 //! * anything else, or nothing: every call goes through to the software token.
 //!
 //! The (initialized) token reports the label "OpenCF Faulty" so that it is never taken for the softtoken
@@ -43,6 +46,8 @@ enum Mode {
     DeviceError,
     Busy,
     OpError,
+    /// Milliseconds each single-part call waits before it goes through.
+    Slow(u64),
 }
 
 fn mode() -> Mode {
@@ -53,11 +58,15 @@ fn mode() -> Mode {
             None => String::new(),
         },
     };
-    match word.lines().next().unwrap_or("").trim() {
+    let word = word.lines().next().unwrap_or("").trim();
+    match word {
         "device-error" => Mode::DeviceError,
         "busy" => Mode::Busy,
         "op-error" => Mode::OpError,
-        _ => Mode::Pass,
+        _ => match word.strip_prefix("slow:").map(str::parse) {
+            Some(Ok(ms)) => Mode::Slow(ms),
+            _ => Mode::Pass,
+        },
     }
 }
 
@@ -66,18 +75,24 @@ fn fault_init() -> CkResult<()> {
     match mode() {
         Mode::DeviceError => Err(CKR_DEVICE_ERROR),
         Mode::Busy => Err(CKR_DEVICE_MEMORY),
-        Mode::OpError | Mode::Pass => Ok(()),
+        Mode::OpError | Mode::Slow(_) | Mode::Pass => Ok(()),
     }
 }
 
 /// Output room for the call that ends an operation a fault interrupted.
 const SCRATCH: usize = 1 << 16;
 
-/// For a single-part crypto call: the error of the current mode, if any.
-fn fault() -> CkResult<()> {
+/// For a single-part crypto call: the error of the current mode, if any. `query` is true for
+/// a call that only asks for the output's length, which a slow token answers at once.
+fn fault(query: bool) -> CkResult<()> {
     match mode() {
         Mode::DeviceError | Mode::OpError => Err(CKR_DEVICE_ERROR),
         Mode::Busy => Err(CKR_DEVICE_MEMORY),
+        Mode::Slow(_) if query => Ok(()),
+        Mode::Slow(ms) => {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Ok(())
+        }
         Mode::Pass => Ok(()),
     }
 }
@@ -288,7 +303,7 @@ impl Backend for Faulty {
         self.inner.encrypt_init(s, mech, key)
     }
     fn encrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(out.is_query()) {
             // A failed single-part call ends the operation, as in a real device.
             let mut scratch = vec![0u8; SCRATCH];
             let _ = self
@@ -314,7 +329,7 @@ impl Backend for Faulty {
         self.inner.decrypt_init(s, mech, key)
     }
     fn decrypt(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(out.is_query()) {
             // A failed single-part call ends the operation, as in a real device.
             let mut scratch = vec![0u8; SCRATCH];
             let _ = self
@@ -413,7 +428,7 @@ impl Backend for Faulty {
         self.inner.digest_init(s, mech)
     }
     fn digest(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(out.is_query()) {
             // A failed single-part call ends the operation, as in a real device.
             let mut scratch = vec![0u8; SCRATCH];
             let _ = self
@@ -442,7 +457,7 @@ impl Backend for Faulty {
         self.inner.sign_init(s, mech, key)
     }
     fn sign(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(out.is_query()) {
             // A failed single-part call ends the operation, as in a real device.
             let mut scratch = vec![0u8; SCRATCH];
             let _ = self
@@ -468,7 +483,7 @@ impl Backend for Faulty {
         self.inner.sign_recover_init(s, mech, key)
     }
     fn sign_recover(&self, s: CK_SESSION_HANDLE, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(out.is_query()) {
             // A failed single-part call ends the operation, as in a real device.
             let mut scratch = vec![0u8; SCRATCH];
             let _ = self
@@ -488,7 +503,7 @@ impl Backend for Faulty {
         self.inner.verify_init(s, mech, key)
     }
     fn verify(&self, s: CK_SESSION_HANDLE, data: &[u8], sig: &[u8]) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(false) {
             // A failed single-part call ends the operation, as in a real device.
             let _ = self.inner.verify(s, data, sig);
             return Err(rv);
@@ -511,7 +526,7 @@ impl Backend for Faulty {
         self.inner.verify_recover_init(s, mech, key)
     }
     fn verify_recover(&self, s: CK_SESSION_HANDLE, sig: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(out.is_query()) {
             // A failed single-part call ends the operation, as in a real device.
             let mut scratch = vec![0u8; SCRATCH];
             let _ = self
@@ -532,7 +547,7 @@ impl Backend for Faulty {
         self.inner.verify_signature_init(s, mech, key, sig)
     }
     fn verify_signature(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
-        if let Err(rv) = fault() {
+        if let Err(rv) = fault(false) {
             // A failed single-part call ends the operation, as in a real device.
             let _ = self.inner.verify_signature(s, data);
             return Err(rv);

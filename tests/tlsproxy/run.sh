@@ -51,12 +51,13 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 22
+pick_ports 23
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
 P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
+P_SL=$((BASE + 22))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -244,34 +245,46 @@ python3 "$HERE/robust.py" echo "$P_ECHO" &
 PIDS+=($!)
 wait_port "$P_ECHO" || fail "echo service did not start"
 # Starts opencf-tlsproxy on W/STEM.toml in the background (pid file W/STEM.pid, errors in
-# W/STEM.log; variables assigned before the call reach it) and waits until it listens on every
-# PORT and has written its pid file; otherwise prints its log.
+# W/STEM.log; variables assigned before the call reach it, THREADS=N gives it N runtime threads)
+# and waits until it listens on every PORT and has written its pid file; otherwise prints its log.
 start_daemon() { # STEM PORT...
     local stem=$1 p; shift
-    "$REL/opencf-tlsproxy" --config "$W/$stem.toml" --pid-file "$W/$stem.pid" 2>"$W/$stem.log" &
+    "$REL/opencf-tlsproxy" --config "$W/$stem.toml" --pid-file "$W/$stem.pid" ${THREADS:+--threads "$THREADS"} \
+        2>"$W/$stem.log" &
     PIDS+=($!)
     for p in "$@"; do wait_port "$p" || { sed 's/^/    /' "$W/$stem.log"; return 1; }; done
     for _ in $(seq 100); do [ -s "$W/$stem.pid" ] && return 0; sleep 0.1; done
     sed 's/^/    /' "$W/$stem.log"
     return 1
 }
+# An [[instance]] block on PORT for the token's RSA-2048 key (made by the first create) or its
+# P-256 key (web-ec), relaying to BACKEND (default: the HTTP server).
+instance_toml() { # PORT rsa|ec [BACKEND]
+    local cert key
+    case $2 in
+        rsa) cert=127.0.0.1-$P_RSA.pem key=tlsproxy-127.0.0.1-$P_RSA ;;
+        *) cert=127.0.0.1-$P_EC.pem key=web-ec ;;
+    esac
+    cat <<TOML
+
+[[instance]]
+address = "127.0.0.1"
+port = $1
+proxy_port = ${3:-$HTTP}
+pin_file = "$W/pin"
+cert_file = "$W/tlsproxy.d/$cert"
+key_uri = "pkcs11:token=OpenCF%20Metaslot;object=$key;type=private"
+TOML
+}
 # A daemon of its own (EC key, echo service), given worker processes to run: the instance file,
 # then the daemon in the background with its pid file (WORKERS, INSTANCE_PORT, FILE_STEM).
 workers_daemon() {
     local n=$1 port=$2 stem=$3 backend=${4:-$HTTP}
-    cat > "$W/$stem.toml" <<TOML
-module = "$MOD"
-workers = $n
-
-[[instance]]
-address = "127.0.0.1"
-port = $port
-proxy_port = $backend
-session_timeout = 600
-pin_file = "$W/pin"
-cert_file = "$W/tlsproxy.d/127.0.0.1-$P_EC.pem"
-key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web-ec;type=private"
-TOML
+    {
+        printf 'module = "%s"\nworkers = %s\n' "$MOD" "$n"
+        instance_toml "$port" ec "$backend"
+        echo "session_timeout = 600"
+    } > "$W/$stem.toml"
     start_daemon "$stem" "$port"
 }
 # The worker processes of a supervisor (its children).
@@ -515,25 +528,11 @@ accel_daemon() { # STEM FAULT: the daemon on P_AR (RSA) and P_AE (EC), its pid i
     local stem=$1 fault=$2
     mkdir -p "$W/lib-$stem" && mkdir -m 700 "$W/stat-$stem" || return 1
     cp "$W/lib/libopencf.so" "$W/lib/libopencf_softtoken.so" "$REL/libopencf_accel.so" "$W/lib-$stem/" || return 1
-    cat > "$W/$stem.toml" <<TOML
-module = "$W/lib-$stem/libopencf.so"
-
-[[instance]]
-address = "127.0.0.1"
-port = $P_AR
-proxy_port = $HTTP
-pin_file = "$W/pin"
-cert_file = "$W/tlsproxy.d/127.0.0.1-$P_RSA.pem"
-key_uri = "pkcs11:token=OpenCF%20Metaslot;object=tlsproxy-127.0.0.1-$P_RSA;type=private"
-
-[[instance]]
-address = "127.0.0.1"
-port = $P_AE
-proxy_port = $HTTP
-pin_file = "$W/pin"
-cert_file = "$W/tlsproxy.d/127.0.0.1-$P_EC.pem"
-key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web-ec;type=private"
-TOML
+    {
+        printf 'module = "%s"\n' "$W/lib-$stem/libopencf.so"
+        instance_toml "$P_AR" rsa
+        instance_toml "$P_AE" ec
+    } > "$W/$stem.toml"
     OPENCF_STAT_DIR="$W/stat-$stem" OPENCF_ACCEL_BATCH=1 OPENCF_ACCEL_FAULT="$fault" \
         start_daemon "$stem" "$P_AR" "$P_AE"
 }
@@ -541,7 +540,7 @@ accel_handshakes_ok() { # four handshakes, each signature checked by the client
     curl_ok "$P_AR" "$W/rsa.crt" --tlsv1.3 && curl_ok "$P_AR" "$W/rsa.crt" --tls-max 1.2 \
         && curl_ok "$P_AE" "$W/ec.crt" --tlsv1.3 && curl_ok "$P_AE" "$W/ec.crt" --tls-max 1.2
 }
-accel_stat_ok() { # STEM, then "name>=N" or "name=N" conditions on accel's mechanisms and counters
+daemon_stat_ok() { # STEM, then "name>=N" or "name=N" conditions on W/stat-STEM's mechanisms and counters
     local stem=$1; shift
     "$REL/cryptoadm" stat --dir "$W/stat-$stem" --json > "$W/stat-$stem.json" || return 1
     python3 - "$W/stat-$stem.json" "$@" <<'PY'
@@ -555,7 +554,7 @@ for x in d["mechanisms"]:
 for x in d["counters"]:
     v[f'{x["component"]}.{x["name"]}'] = x["value"]
 print("    " + ", ".join(f"{k}={n}" for k, n in sorted(v.items())
-                          if k.startswith(("accel.", "softtoken.")) and n))
+                          if k.startswith(("accel.", "softtoken.", "faulty.", "tlsproxy.sig")) and n))
 ok = True
 for cond in sys.argv[2:]:
     name, op, want = re.fullmatch(r"([\w.]+)(>=|=)(\d+)", cond).groups()
@@ -573,7 +572,7 @@ else
     check "accelerator: curl TLS 1.3 and 1.2 with the RSA-2048 and P-256 keys" accel_handshakes_ok
     if [ "$ACCEL_ENGINES" = 1 ]; then
         check "accelerator: every signature made there, the RSA ones by its engine (cryptoadm stat)" \
-            accel_stat_ok accel "accel.CKM_SHA256_RSA_PKCS_PSS.ops>=2" "accel.CKM_ECDSA.ops>=2" \
+            daemon_stat_ok accel "accel.CKM_SHA256_RSA_PKCS_PSS.ops>=2" "accel.CKM_ECDSA.ops>=2" \
             "accel.rsa_passes>=2" "accel.rsa_direct=0" "softtoken.CKM_SHA256_RSA_PKCS_PSS.ops=0" \
             "softtoken.CKM_ECDSA.ops=0"
     else
@@ -585,10 +584,77 @@ else
     check "corrupted engine results: curl TLS 1.3 and 1.2 with both keys still succeeds" accel_handshakes_ok
     if [ "$ACCEL_ENGINES" = 1 ]; then
         check "corrupted RSA engine results: caught, and the software token signed instead (cryptoadm stat)" \
-            accel_stat_ok faulty "accel.rsa_faults>=2" "accel.CKM_SHA256_RSA_PKCS_PSS.fallbacks>=2" \
+            daemon_stat_ok faulty "accel.rsa_faults>=2" "accel.CKM_SHA256_RSA_PKCS_PSS.fallbacks>=2" \
             "softtoken.CKM_SHA256_RSA_PKCS_PSS.ops>=2" "accel.CKM_ECDSA.ops>=2"
     fi
     check "corrupted engine results: SIGTERM stops that daemon" sigterm_ok faulty "$P_AR" "$P_AE"
+fi
+
+# --- a slow token -----------------------------------------------------------------------------
+# A daemon of its own with two runtime threads, whose libopencf.so has one provider: the
+# test-only faulty module (libopencf_faulty.so) wrapping the software token, in `slow:MS` mode,
+# so that each signature takes SLOW_MS, as behind a network or a busy hardware module. Its first
+# signature runs inline; after it the token counts as slow, and its signatures run with the
+# runtime thread's other tasks handed to another thread (signatures_offloaded). Four full
+# handshakes at once then take one signature's time, not two, and meanwhile a resumed
+# handshake (no signature) is served at once. With the signatures inline, both runtime threads
+# would be held for 2 x SLOW_MS and the resumed handshake would wait for them.
+SLOW_MS=3000
+slow_daemon() {
+    [ -e "$REL/libopencf_faulty.so" ] || { echo "    missing $REL/libopencf_faulty.so"; return 1; }
+    mkdir -m 700 "$W/stat-slow" || return 1
+    cat > "$W/slow-opencf.toml" <<TOML
+[metaslot]
+enabled = true
+keystore = "OpenCF Faulty"
+
+[[provider]]
+name = "faulty"
+module = "$REL/libopencf_faulty.so"
+TOML
+    { printf 'module = "%s"\n' "$MOD"; instance_toml "$P_SL" ec; } > "$W/slow.toml"
+    OPENCF_CONF="$W/slow-opencf.toml" OPENCF_FAULTY_INNER="$W/lib/libopencf_softtoken.so" \
+        OPENCF_FAULTY_MODE="slow:$SLOW_MS" OPENCF_STAT_DIR="$W/stat-slow" THREADS=2 start_daemon slow "$P_SL"
+}
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+slow_first_ok() { # one handshake (inline: nothing is known of the token yet), its session kept
+    rm -f "$W/sess-slow"
+    # stdin held open past the signature, so that s_client reads the session ticket.
+    (sleep $((SLOW_MS / 1000 + 2)); echo) | timeout 20 openssl s_client -connect "127.0.0.1:$P_SL" \
+        -servername localhost -tls1_3 -CAfile "$W/ec.crt" -sess_out "$W/sess-slow" 2>&1 | grep -q "^New," \
+        && daemon_stat_ok slow "faulty.CKM_ECDSA.ops=1" "tlsproxy.signatures_offloaded=0"
+}
+slow_parallel_ok() {
+    local t0 i pids=() rc=0 out took
+    t0=$(date +%s%N)
+    for i in 1 2 3 4; do
+        curl_ok "$P_SL" "$W/ec.crt" --tlsv1.3 > "$W/slow-curl$i.log" 2>&1 &
+        pids+=($!)
+    done
+    sleep 0.5
+    # A resumed handshake while the four signatures run: s_client holds its connection 0.5 s.
+    local r0; r0=$(date +%s%N)
+    out=$(s_client "$P_SL" -tls1_3 -CAfile "$W/ec.crt" -sess_in "$W/sess-slow")
+    took=$(ms_since "$r0")
+    echo "    resumed handshake and close during the slow signatures: $took ms"
+    grep -q "^Reused," <<<"$out" || { echo "    not resumed"; rc=1; }
+    [ "$took" -lt 2000 ] || { echo "    held up by the signatures"; rc=1; }
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { sed 's/^/    /' "$W/slow-curl$((i + 1)).log"; rc=1; }
+    done
+    took=$(ms_since "$t0")
+    echo "    four full handshakes at once, each signature $SLOW_MS ms: $took ms in all"
+    [ "$took" -lt $((SLOW_MS * 2 - 500)) ] || { echo "    the signatures did not run at once"; rc=1; }
+    daemon_stat_ok slow "faulty.CKM_ECDSA.ops=5" "tlsproxy.signatures_offloaded=4" || rc=1
+    return $rc
+}
+if [ -e "$REL/libopencf_faulty.so" ]; then
+    check "a slow token (every signature ${SLOW_MS} ms, 2 runtime threads): daemon listening" slow_daemon
+    check "slow token: the first handshake signs inline (signatures_offloaded 0)" slow_first_ok
+    check "slow token: four handshakes sign at once, a resumed one meanwhile served at once" slow_parallel_ok
+    check "slow token: SIGTERM stops that daemon" sigterm_ok slow "$P_SL"
+else
+    fail "the slow-token daemon: $REL/libopencf_faulty.so not built (cargo build --release --workspace)"
 fi
 
 # --- counters ---------------------------------------------------------------------------------

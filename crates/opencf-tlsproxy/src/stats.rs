@@ -29,6 +29,8 @@ pub struct Stats {
     pub backend_errors: &'static AtomicU64,
     /// Failed token signatures.
     pub sign_errors: &'static AtomicU64,
+    /// Signatures of a slow token, run with the runtime thread's other tasks handed on.
+    pub signatures_offloaded: &'static AtomicU64,
     /// Clear-text bytes from clients to the service.
     pub bytes_in: &'static AtomicU64,
     /// Clear-text bytes from the service to clients.
@@ -59,6 +61,7 @@ pub fn get() -> &'static Stats {
             alerts_received: c("alerts_received"),
             backend_errors: c("backend_errors"),
             sign_errors: c("sign_errors"),
+            signatures_offloaded: c("signatures_offloaded"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),
             fallback_bytes: c("fallback_bytes"),

@@ -1,7 +1,9 @@
 //! The PKCS#11 side: one module per process, tokens found by label with a pool of sessions
 //! (a PKCS#11 session runs one operation at a time; `C_Login` is per token and application, so
 //! the pool logs in once and every later session shares that state), and the rustls signing
-//! keys whose private half never leaves the token.
+//! keys whose private half never leaves the token. A token whose signatures are slow has them
+//! run with [`tokio::task::block_in_place`], so that they do not hold up the other connections
+//! of the runtime thread that made the handshake.
 
 use crate::stats;
 use crate::uri::Pkcs11Uri;
@@ -20,10 +22,17 @@ use rustls::sign::{Signer, SigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Idle sessions kept per token; more are opened when more signatures run at once.
 const POOL_MAX: usize = 64;
+
+/// A token whose signatures take this long on average is slow: its signatures leave the
+/// runtime thread's other tasks to another thread while they run (see [`SignTime`]).
+/// A software or accelerated RSA-2048 signature takes a fifth of it.
+const SLOW_SIGNATURE: Duration = Duration::from_millis(1);
 
 /// DER of the named-curve OIDs (CKA_EC_PARAMS).
 pub const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
@@ -136,6 +145,7 @@ impl Module {
             pin: Mutex::new(pin.map(AuthPin::from)),
             pool: Mutex::new(Vec::new()),
             mechs,
+            sign_time: SignTime::default(),
         });
         // Log in now, so that a wrong or expired PIN shows at start-up.
         t.with_session(|_| Ok(()))?;
@@ -152,6 +162,33 @@ pub struct Token {
     pin: Mutex<Option<AuthPin>>,
     pool: Mutex<Vec<Session>>,
     mechs: Vec<MechanismType>,
+    sign_time: SignTime,
+}
+
+/// The running mean of a token's signature times (wall clock, in nanoseconds; each new time
+/// weighs an eighth). A token kept across reloads keeps its mean.
+#[derive(Default)]
+struct SignTime(AtomicU64);
+
+impl SignTime {
+    fn record(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self.0.fetch_update(Relaxed, Relaxed, |mean| {
+            Some((mean - mean / 8).saturating_add(ns / 8))
+        });
+    }
+
+    fn is_slow(&self) -> bool {
+        self.0.load(Relaxed) >= SLOW_SIGNATURE.as_nanos() as u64
+    }
+}
+
+/// Whether [`tokio::task::block_in_place`] may run here: not on a current-thread runtime,
+/// where it panics (outside a runtime it simply runs the closure).
+fn may_block_in_place() -> bool {
+    tokio::runtime::Handle::try_current().map_or(true, |h| {
+        h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    })
 }
 
 impl std::fmt::Debug for Token {
@@ -507,8 +544,22 @@ struct TokenSigner {
 }
 
 impl Signer for TokenSigner {
+    /// Signs in the token. When the token is slow (a network or busy hardware module), the
+    /// signature runs in [`tokio::task::block_in_place`]: the runtime hands this thread's other
+    /// tasks (relays, handshakes) to another thread meanwhile, so several slow signatures run
+    /// at once and established connections keep moving. Fast tokens sign inline, which costs
+    /// nothing more.
     fn sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, rustls::Error> {
-        self.key.sign_with(self.scheme, message).map_err(|e| {
+        let token = &self.key.0.token;
+        let start = Instant::now();
+        let signed = if token.sign_time.is_slow() && may_block_in_place() {
+            stats::inc(stats::get().signatures_offloaded);
+            tokio::task::block_in_place(|| self.key.sign_with(self.scheme, message))
+        } else {
+            self.key.sign_with(self.scheme, message)
+        };
+        token.sign_time.record(start.elapsed());
+        signed.map_err(|e| {
             stats::inc(stats::get().sign_errors);
             crate::log_line!("signing with {}: {e}", self.key.0.name);
             rustls::Error::General(format!("token signature failed: {e}"))
@@ -538,5 +589,49 @@ mod tests {
         // P-521-sized values take the long length form.
         let big = ecdsa_der(&[0xffu8; 132]).unwrap();
         assert_eq!(&big[..3], &[0x30, 0x81, 0x8a]);
+    }
+
+    #[test]
+    fn slow_tokens_are_told_from_fast_ones() {
+        let t = SignTime::default();
+        assert!(!t.is_slow());
+        // A fast token, with an occasional long wait (a preempted thread): still fast.
+        for i in 0..200 {
+            t.record(Duration::from_micros(if i % 50 == 49 { 3000 } else { 250 }));
+            assert!(!t.is_slow(), "signature {i}");
+        }
+        // One signature of a token behind a network is enough to call it slow...
+        t.record(Duration::from_millis(200));
+        assert!(t.is_slow());
+        // ...and it stays slow while it is.
+        for _ in 0..20 {
+            t.record(Duration::from_millis(150));
+            assert!(t.is_slow());
+        }
+        // A token that became fast again is fast again after some signatures.
+        for _ in 0..80 {
+            t.record(Duration::from_micros(250));
+        }
+        assert!(!t.is_slow());
+        // No overflow on absurd times.
+        t.record(Duration::MAX);
+        t.record(Duration::MAX);
+        assert!(t.is_slow());
+    }
+
+    #[test]
+    fn block_in_place_only_where_it_may() {
+        assert!(may_block_in_place(), "outside a runtime");
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(!current.block_on(async { may_block_in_place() }));
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        assert!(
+            multi.block_on(async { tokio::spawn(async { may_block_in_place() }).await.unwrap() })
+        );
     }
 }

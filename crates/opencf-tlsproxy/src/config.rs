@@ -3,6 +3,7 @@
 //! ```toml
 //! module = "/usr/lib/opencf/libopencf.so"   # optional
 //! workers = 2                  # optional: worker processes (default 1)
+//! max_offloaded_signatures = 256  # optional: slow tokens' signatures at once, per process
 //!
 //! [[instance]]
 //! address = "127.0.0.1"        # optional; all addresses when absent
@@ -42,12 +43,20 @@ pub struct Config {
     /// Worker processes (1..=[`MAX_WORKERS`]); default 1, a single process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
+    /// Signatures of slow tokens that may run at once off the runtime's threads, per process
+    /// (1..=[`MAX_OFFLOADED_SIGNATURES`]); default [`crate::token::DEFAULT_MAX_OFFLOADED_SIGNATURES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_offloaded_signatures: Option<usize>,
     #[serde(default, rename = "instance")]
     pub instances: Vec<Instance>,
 }
 
 /// The most worker processes a daemon may run.
 pub const MAX_WORKERS: usize = 64;
+
+/// The highest `max_offloaded_signatures`: each such signature holds a thread of tokio's
+/// blocking pool (512 threads), which the runtime also needs for its own work.
+pub const MAX_OFFLOADED_SIGNATURES: usize = 400;
 
 /// Checks a worker count (the `workers` key or `--workers`).
 pub fn check_workers(n: usize) -> Result<usize> {
@@ -304,6 +313,13 @@ impl Config {
         if let Some(n) = c.workers {
             check_workers(n)?;
         }
+        if let Some(n) = c.max_offloaded_signatures {
+            if !(1..=MAX_OFFLOADED_SIGNATURES).contains(&n) {
+                return Err(format!(
+                    "max_offloaded_signatures = {n}: must be between 1 and {MAX_OFFLOADED_SIGNATURES}"
+                ));
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for i in &c.instances {
             i.check()?;
@@ -410,6 +426,20 @@ mod tests {
             .unwrap_err()
             .contains("between 1 and 3600"));
         assert_eq!(Config::parse("workers = 4").unwrap().workers, Some(4));
+        let c = Config::parse("max_offloaded_signatures = 16").unwrap();
+        assert_eq!(c.max_offloaded_signatures, Some(16));
+        assert_eq!(Config::parse("").unwrap().max_offloaded_signatures, None);
+        for bad in [
+            "max_offloaded_signatures = 0",
+            "max_offloaded_signatures = 401",
+        ] {
+            assert!(
+                Config::parse(bad)
+                    .unwrap_err()
+                    .contains("between 1 and 400"),
+                "{bad}"
+            );
+        }
         assert_eq!(Config::parse("").unwrap().workers, None);
         for bad in ["workers = 0", "workers = 65"] {
             assert!(Config::parse(bad).unwrap_err().contains("between 1 and 64"));

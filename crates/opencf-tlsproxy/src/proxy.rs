@@ -195,6 +195,10 @@ impl Proxy {
                 r.task.abort();
             }
         }
+        crate::token::set_max_offloaded_signatures(
+            cfg.max_offloaded_signatures
+                .unwrap_or(crate::token::DEFAULT_MAX_OFFLOADED_SIGNATURES),
+        );
         Ok((started, updated, gone.len()))
     }
 }

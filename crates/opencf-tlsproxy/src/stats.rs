@@ -29,8 +29,10 @@ pub struct Stats {
     pub backend_errors: &'static AtomicU64,
     /// Failed token signatures.
     pub sign_errors: &'static AtomicU64,
-    /// Signatures of a slow token, run with the runtime thread's other tasks handed on.
+    /// Signatures of a slow token, run off the runtime's threads (`block_in_place`).
     pub signatures_offloaded: &'static AtomicU64,
+    /// Signatures of a slow token refused (`max_offloaded_signatures` running already).
+    pub signatures_refused: &'static AtomicU64,
     /// Clear-text bytes from clients to the service.
     pub bytes_in: &'static AtomicU64,
     /// Clear-text bytes from the service to clients.
@@ -62,6 +64,7 @@ pub fn get() -> &'static Stats {
             backend_errors: c("backend_errors"),
             sign_errors: c("sign_errors"),
             signatures_offloaded: c("signatures_offloaded"),
+            signatures_refused: c("signatures_refused"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),
             fallback_bytes: c("fallback_bytes"),

@@ -1,9 +1,8 @@
 //! The PKCS#11 side: one module per process, tokens found by label with a pool of sessions
 //! (a PKCS#11 session runs one operation at a time; `C_Login` is per token and application, so
 //! the pool logs in once and every later session shares that state), and the rustls signing
-//! keys whose private half never leaves the token. A token whose signatures are slow has them
-//! run with [`tokio::task::block_in_place`], so that they do not hold up the other connections
-//! of the runtime thread that made the handshake.
+//! keys whose private half never leaves the token. A slow token's signatures run with
+//! [`tokio::task::block_in_place`], so that they do not hold up the other connections.
 
 use crate::stats;
 use crate::uri::Pkcs11Uri;
@@ -22,17 +21,34 @@ use rustls::sign::{Signer, SigningKey};
 use rustls::{SignatureAlgorithm, SignatureScheme};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Idle sessions kept per token; more are opened when more signatures run at once.
 const POOL_MAX: usize = 64;
 
-/// A token whose signatures take this long on average is slow: its signatures leave the
-/// runtime thread's other tasks to another thread while they run (see [`SignTime`]).
-/// A software or accelerated RSA-2048 signature takes a fifth of it.
-const SLOW_SIGNATURE: Duration = Duration::from_millis(1);
+/// A token whose signatures take this long on average is slow (see [`Signatures`]): its
+/// signatures run off the runtime's threads. A software or accelerated RSA-2048 signature takes
+/// a tenth of it, and on a loaded machine the wall-clock time of such a signature now and then
+/// exceeds a millisecond (its thread waits for the CPU), which the mean absorbs.
+const SLOW_SIGNATURE: Duration = Duration::from_millis(3);
+
+/// Signatures of slow tokens that may run at once off the runtime's threads, per process, by
+/// default (`max_offloaded_signatures`).
+pub const DEFAULT_MAX_OFFLOADED_SIGNATURES: usize = 256;
+
+/// The limit in force (set from the instance file at start and at each reload).
+static MAX_OFFLOADED: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_OFFLOADED_SIGNATURES);
+
+/// Signatures running off the runtime's threads now, in this process.
+static OFFLOADED: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets how many signatures of slow tokens may run at once off the runtime's threads in this
+/// process; beyond it a slow token's signature is refused at once.
+pub fn set_max_offloaded_signatures(n: usize) {
+    MAX_OFFLOADED.store(n, Relaxed);
+}
 
 /// DER of the named-curve OIDs (CKA_EC_PARAMS).
 pub const P256_PARAMS: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
@@ -145,7 +161,7 @@ impl Module {
             pin: Mutex::new(pin.map(AuthPin::from)),
             pool: Mutex::new(Vec::new()),
             mechs,
-            sign_time: SignTime::default(),
+            signatures: Signatures::default(),
         });
         // Log in now, so that a wrong or expired PIN shows at start-up.
         t.with_session(|_| Ok(()))?;
@@ -162,24 +178,45 @@ pub struct Token {
     pin: Mutex<Option<AuthPin>>,
     pool: Mutex<Vec<Session>>,
     mechs: Vec<MechanismType>,
-    sign_time: SignTime,
+    signatures: Signatures,
 }
 
 /// The running mean of a token's signature times (wall clock, in nanoseconds; each new time
 /// weighs an eighth). A token kept across reloads keeps its mean.
 #[derive(Default)]
-struct SignTime(AtomicU64);
+struct Signatures {
+    mean_ns: AtomicU64,
+}
 
-impl SignTime {
+impl Signatures {
+    fn is_slow(&self) -> bool {
+        self.mean_ns.load(Relaxed) >= SLOW_SIGNATURE.as_nanos() as u64
+    }
+
     fn record(&self, took: Duration) {
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let _ = self.0.fetch_update(Relaxed, Relaxed, |mean| {
+        let _ = self.mean_ns.fetch_update(Relaxed, Relaxed, |mean| {
             Some((mean - mean / 8).saturating_add(ns / 8))
         });
     }
+}
 
-    fn is_slow(&self) -> bool {
-        self.0.load(Relaxed) >= SLOW_SIGNATURE.as_nanos() as u64
+/// One of the places for a signature off the runtime's threads, given back on drop.
+struct Offloaded;
+
+impl Offloaded {
+    fn take() -> Option<Offloaded> {
+        let max = MAX_OFFLOADED.load(Relaxed);
+        OFFLOADED
+            .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Offloaded)
+    }
+}
+
+impl Drop for Offloaded {
+    fn drop(&mut self) {
+        OFFLOADED.fetch_sub(1, Relaxed);
     }
 }
 
@@ -544,23 +581,45 @@ struct TokenSigner {
 }
 
 impl Signer for TokenSigner {
-    /// Signs in the token. When the token is slow (a network or busy hardware module), the
-    /// signature runs in [`tokio::task::block_in_place`]: the runtime hands this thread's other
-    /// tasks (relays, handshakes) to another thread meanwhile, so several slow signatures run
-    /// at once and established connections keep moving. Fast tokens sign inline, which costs
-    /// nothing more.
+    /// Signs in the token. A fast token signs inline, on the runtime thread: that costs least
+    /// (handing the thread's tasks on costs about 10 µs and, measured with `make bench-tls`,
+    /// a tenth to a third more server CPU per handshake). A slow token (a network or busy
+    /// hardware module) signs in [`tokio::task::block_in_place`]: the runtime hands this
+    /// thread's other tasks (relays, handshakes, its own I/O polling) to another thread while
+    /// the token works, so that several slow signatures run at once and the other connections
+    /// keep moving. At most [`set_max_offloaded_signatures`] run so at once; beyond that a
+    /// slow token's signature is refused at once rather than hold a runtime thread.
     fn sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, rustls::Error> {
-        let token = &self.key.0.token;
+        let sigs = &self.key.0.token.signatures;
+        let s = stats::get();
         let start = Instant::now();
-        let signed = if token.sign_time.is_slow() && may_block_in_place() {
-            stats::inc(stats::get().signatures_offloaded);
+        let signed = if sigs.is_slow() && may_block_in_place() {
+            let Some(_place) = Offloaded::take() else {
+                // Counted, and logged once in a thousand: a token that stopped answering would
+                // otherwise write a line per handshake.
+                let n = s.signatures_refused.fetch_add(1, Relaxed) + 1;
+                if n == 1 || n.is_multiple_of(1000) {
+                    crate::log_line!(
+                        "signing with {}: the token is slow and {} signatures are running \
+                         (max_offloaded_signatures); {n} refused so far",
+                        self.key.0.name,
+                        MAX_OFFLOADED.load(Relaxed)
+                    );
+                }
+                return Err(rustls::Error::General(
+                    "token signature refused: the token is slow and max_offloaded_signatures \
+                     signatures are running"
+                        .into(),
+                ));
+            };
+            stats::inc(s.signatures_offloaded);
             tokio::task::block_in_place(|| self.key.sign_with(self.scheme, message))
         } else {
             self.key.sign_with(self.scheme, message)
         };
-        token.sign_time.record(start.elapsed());
+        sigs.record(start.elapsed());
         signed.map_err(|e| {
-            stats::inc(stats::get().sign_errors);
+            stats::inc(s.sign_errors);
             crate::log_line!("signing with {}: {e}", self.key.0.name);
             rustls::Error::General(format!("token signature failed: {e}"))
         })
@@ -593,11 +652,16 @@ mod tests {
 
     #[test]
     fn slow_tokens_are_told_from_fast_ones() {
-        let t = SignTime::default();
+        let t = Signatures::default();
+        let fast = Duration::from_micros(250);
         assert!(!t.is_slow());
-        // A fast token, with an occasional long wait (a preempted thread): still fast.
+        // A fast token whose thread now and then waits for the CPU: still fast.
         for i in 0..200 {
-            t.record(Duration::from_micros(if i % 50 == 49 { 3000 } else { 250 }));
+            t.record(if i % 20 == 19 {
+                Duration::from_millis(10)
+            } else {
+                fast
+            });
             assert!(!t.is_slow(), "signature {i}");
         }
         // One signature of a token behind a network is enough to call it slow...
@@ -609,14 +673,29 @@ mod tests {
             assert!(t.is_slow());
         }
         // A token that became fast again is fast again after some signatures.
-        for _ in 0..80 {
-            t.record(Duration::from_micros(250));
+        for _ in 0..40 {
+            t.record(fast);
         }
         assert!(!t.is_slow());
         // No overflow on absurd times.
         t.record(Duration::MAX);
         t.record(Duration::MAX);
         assert!(t.is_slow());
+    }
+
+    #[test]
+    fn offloaded_signatures_are_bounded() {
+        // The only test that touches the process-wide limit.
+        set_max_offloaded_signatures(2);
+        let a = Offloaded::take().expect("first place");
+        let b = Offloaded::take().expect("second place");
+        assert!(Offloaded::take().is_none());
+        drop(a);
+        let c = Offloaded::take().expect("a place given back");
+        assert!(Offloaded::take().is_none());
+        drop((b, c));
+        assert_eq!(OFFLOADED.load(Relaxed), 0);
+        set_max_offloaded_signatures(DEFAULT_MAX_OFFLOADED_SIGNATURES);
     }
 
     #[test]

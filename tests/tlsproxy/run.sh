@@ -51,13 +51,13 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 23
+pick_ports 24
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
 P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
-P_SL=$((BASE + 22))
+P_SL=$((BASE + 22)); P_ST=$((BASE + 23))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -554,7 +554,7 @@ for x in d["mechanisms"]:
 for x in d["counters"]:
     v[f'{x["component"]}.{x["name"]}'] = x["value"]
 print("    " + ", ".join(f"{k}={n}" for k, n in sorted(v.items())
-                          if k.startswith(("accel.", "softtoken.", "faulty.", "tlsproxy.sig")) and n))
+                          if k.startswith(("accel.", "softtoken.", "faulty.", "tlsproxy.sig", "tlsproxy.watch")) and n))
 ok = True
 for cond in sys.argv[2:]:
     name, op, want = re.fullmatch(r"([\w.]+)(>=|=)(\d+)", cond).groups()
@@ -590,21 +590,27 @@ else
     check "corrupted engine results: SIGTERM stops that daemon" sigterm_ok faulty "$P_AR" "$P_AE"
 fi
 
-# --- a slow token -----------------------------------------------------------------------------
-# A daemon of its own with two runtime threads (--threads 2) and max_offloaded_signatures = 4,
+# --- slow tokens ------------------------------------------------------------------------------
+# Daemons of their own with two runtime threads (--threads 2) and max_offloaded_signatures = 4,
 # whose libopencf.so has one provider: the test-only faulty module (libopencf_faulty.so)
 # wrapping the software token, in `slow:MS` mode, so that each signature takes SLOW_MS, as
-# behind a network or a busy hardware module. Its first signature runs on a runtime thread
-# (nothing is known of the token yet); after it the token counts as slow. Six handshakes at
-# once: four signatures run side by side off the runtime threads (block_in_place:
-# signatures_offloaded), the other two are refused at once (signatures_refused: those clients
-# get an alert rather than wait for a place), and meanwhile a resumed handshake (no signature)
-# is served at once. With the signatures on the runtime threads, the two threads would be held
-# for three rounds of SLOW_MS, and every other connection with them.
+# behind a network or a busy hardware module.
+# - "slow" is slow from the start. Its first signature runs on a runtime thread (nothing is
+#   known of the token yet); after it the token counts as slow. Six handshakes at once: four
+#   signatures run side by side off the runtime threads (block_in_place:
+#   signatures_offloaded), the other two are refused at once (signatures_refused: those
+#   clients get an alert rather than wait for a place), and meanwhile a resumed handshake (no
+#   signature) is served at once. With the signatures on the runtime threads, the two threads
+#   would be held for three rounds of SLOW_MS, and every other connection with them.
+# - "stuck" is fast, then switched to slow (OPENCF_FAULTY_SWITCH), as a token that stops
+#   answering. The first signature after the switch holds a runtime thread (the watchdog wakes
+#   the other one: watchdog_wakeups); the next, begun while it runs, is known slow and runs off
+#   the runtime threads; a resumed handshake is served at once meanwhile.
 SLOW_MS=3000
-slow_daemon() {
-    mkdir -m 700 "$W/stat-slow" || return 1
-    cat > "$W/slow-opencf.toml" <<TOML
+faulty_daemon() { # STEM PORT MODE: MODE goes to OPENCF_FAULTY_MODE (empty: the file W/STEM.switch)
+    local stem=$1 port=$2 mode=$3
+    mkdir -m 700 "$W/stat-$stem" && : > "$W/$stem.switch" || return 1
+    cat > "$W/$stem-opencf.toml" <<TOML
 [metaslot]
 enabled = true
 keystore = "OpenCF Faulty"
@@ -613,9 +619,10 @@ keystore = "OpenCF Faulty"
 name = "faulty"
 module = "$REL/libopencf_faulty.so"
 TOML
-    { printf 'module = "%s"\nmax_offloaded_signatures = 4\n' "$MOD"; instance_toml "$P_SL" ec; } > "$W/slow.toml"
-    OPENCF_CONF="$W/slow-opencf.toml" OPENCF_FAULTY_INNER="$W/lib/libopencf_softtoken.so" \
-        OPENCF_FAULTY_MODE="slow:$SLOW_MS" OPENCF_STAT_DIR="$W/stat-slow" THREADS=2 start_daemon slow "$P_SL"
+    { printf 'module = "%s"\nmax_offloaded_signatures = 4\n' "$MOD"; instance_toml "$port" ec; } > "$W/$stem.toml"
+    OPENCF_CONF="$W/$stem-opencf.toml" OPENCF_FAULTY_INNER="$W/lib/libopencf_softtoken.so" \
+        OPENCF_FAULTY_MODE="$mode" OPENCF_FAULTY_SWITCH="$W/$stem.switch" OPENCF_STAT_DIR="$W/stat-$stem" \
+        THREADS=2 start_daemon "$stem" "$port"
 }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 resumed_at_once() { # PORT SESSION: resumed, and served within 1.5 s (s_client holds on 0.5 s)
@@ -661,15 +668,36 @@ slow_parallel_ok() {
         "tlsproxy.signatures_refused=2" || rc=1
     return $rc
 }
+stuck_ok() {
+    local i a b rc=0
+    for i in 1 2 3; do curl_ok "$P_ST" "$W/ec.crt" --tlsv1.3 || return 1; done
+    rm -f "$W/sess-stuck"
+    s_client "$P_ST" -tls1_3 -CAfile "$W/ec.crt" -sess_out "$W/sess-stuck" | grep -q "^New," || return 1
+    echo "slow:$SLOW_MS" > "$W/stuck.switch"
+    curl_ok "$P_ST" "$W/ec.crt" --tlsv1.3 & a=$!
+    sleep 0.5
+    curl_ok "$P_ST" "$W/ec.crt" --tlsv1.3 & b=$!
+    sleep 0.5
+    resumed_at_once "$P_ST" "$W/sess-stuck" || rc=1
+    wait "$a" || rc=1
+    wait "$b" || rc=1
+    daemon_stat_ok stuck "faulty.CKM_ECDSA.ops=6" "tlsproxy.signatures_offloaded=1" \
+        "tlsproxy.watchdog_wakeups>=1" || rc=1
+    return $rc
+}
 if [ -e "$REL/libopencf_faulty.so" ]; then
     check "a slow token (every signature ${SLOW_MS} ms, 2 runtime threads): daemon listening" \
-        slow_daemon
+        faulty_daemon slow "$P_SL" "slow:$SLOW_MS"
     check "slow token: the first handshake signs on a runtime thread (signatures_offloaded 0)" slow_first_ok
     check "slow token: six handshakes at once: four sign side by side, two refused at once (max_offloaded_signatures 4), a resumed one served meanwhile" \
         slow_parallel_ok
     check "slow token: SIGTERM stops that daemon" sigterm_ok slow "$P_SL"
+    check "a token that stops answering: daemon listening" faulty_daemon stuck "$P_ST" ""
+    check "a token that stops answering: the next signature runs off the runtime threads, a resumed handshake is served meanwhile" \
+        stuck_ok
+    check "a token that stops answering: SIGTERM stops that daemon" sigterm_ok stuck "$P_ST"
 else
-    fail "the slow-token daemon: $REL/libopencf_faulty.so not built (cargo build --release --workspace)"
+    fail "the slow-token daemons: $REL/libopencf_faulty.so not built (cargo build --release --workspace)"
 fi
 
 # --- counters ---------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ pub struct Stats {
     pub sign_errors: &'static AtomicU64,
     /// Signatures of a slow token, run off the runtime's threads (`block_in_place`).
     pub signatures_offloaded: &'static AtomicU64,
+    /// Times the signature watchdog woke the runtime (a signature holding a runtime thread).
+    pub watchdog_wakeups: &'static AtomicU64,
     /// Signatures of a slow token refused (`max_offloaded_signatures` running already).
     pub signatures_refused: &'static AtomicU64,
     /// Clear-text bytes from clients to the service.
@@ -65,6 +67,7 @@ pub fn get() -> &'static Stats {
             sign_errors: c("sign_errors"),
             signatures_offloaded: c("signatures_offloaded"),
             signatures_refused: c("signatures_refused"),
+            watchdog_wakeups: c("watchdog_wakeups"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),
             fallback_bytes: c("fallback_bytes"),

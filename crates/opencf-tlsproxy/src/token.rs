@@ -2,7 +2,8 @@
 //! (a PKCS#11 session runs one operation at a time; `C_Login` is per token and application, so
 //! the pool logs in once and every later session shares that state), and the rustls signing
 //! keys whose private half never leaves the token. A slow token's signatures run with
-//! [`tokio::task::block_in_place`], so that they do not hold up the other connections.
+//! [`tokio::task::block_in_place`], so that they do not hold up the other connections, and a
+//! watchdog keeps the runtime moving while a signature holds a runtime thread for long.
 
 use crate::stats;
 use crate::uri::Pkcs11Uri;
@@ -33,6 +34,14 @@ const POOL_MAX: usize = 64;
 /// a tenth of it, and on a loaded machine the wall-clock time of such a signature now and then
 /// exceeds a millisecond (its thread waits for the CPU), which the mean absorbs.
 const SLOW_SIGNATURE: Duration = Duration::from_millis(3);
+
+/// A token one of whose signatures has been running this long is slow at once, before its
+/// mean knows: a token that stops answering. A fast signature rarely waits this long for the
+/// CPU, and one that does only sends the next signature off the runtime's threads.
+const STUCK_SIGNATURE: Duration = Duration::from_millis(10);
+
+/// How often the watchdog looks at the signatures running on runtime threads ([`watchdog`]).
+const WATCHDOG_TICK: Duration = Duration::from_millis(100);
 
 /// Signatures of slow tokens that may run at once off the runtime's threads, per process, by
 /// default (`max_offloaded_signatures`).
@@ -181,23 +190,96 @@ pub struct Token {
     signatures: Signatures,
 }
 
-/// The running mean of a token's signature times (wall clock, in nanoseconds; each new time
-/// weighs an eighth). A token kept across reloads keeps its mean.
+/// What the proxy knows of a token's signatures: the running mean of their times (wall clock,
+/// in nanoseconds; each new time weighs an eighth) and when each of those running now began.
+/// A token kept across reloads keeps it.
 #[derive(Default)]
 struct Signatures {
     mean_ns: AtomicU64,
+    running: Mutex<Vec<(u64, Instant)>>,
+    next: AtomicU64,
 }
 
 impl Signatures {
-    fn is_slow(&self) -> bool {
-        self.mean_ns.load(Relaxed) >= SLOW_SIGNATURE.as_nanos() as u64
+    /// A signature begins: its number, and whether the token is slow now (a mean of
+    /// [`SLOW_SIGNATURE`] or more, or a signature running for [`STUCK_SIGNATURE`]).
+    fn begin(&self) -> (u64, bool) {
+        let id = self.next.fetch_add(1, Relaxed);
+        let now = Instant::now();
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let slow = self.mean_ns.load(Relaxed) >= SLOW_SIGNATURE.as_nanos() as u64
+            || running
+                .iter()
+                .any(|(_, t)| now.duration_since(*t) >= STUCK_SIGNATURE);
+        running.push((id, now));
+        (id, slow)
     }
 
-    fn record(&self, took: Duration) {
+    /// Signature `id` has ended, after `took` (`None`: it never reached the token, and its
+    /// time says nothing of it).
+    fn end(&self, id: u64, took: Option<Duration>) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = running.iter().position(|(n, _)| *n == id) {
+            running.swap_remove(i);
+        }
+        drop(running);
+        let Some(took) = took else { return };
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         let _ = self.mean_ns.fetch_update(Relaxed, Relaxed, |mean| {
             Some((mean - mean / 8).saturating_add(ns / 8))
         });
+    }
+}
+
+/// Signatures running on runtime threads now, and how many have ended, in this process.
+static INLINE_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static INLINE_ENDED: AtomicU64 = AtomicU64::new(0);
+
+/// A signature running on a runtime thread, counted for the [`watchdog`] while it runs.
+struct Inline;
+
+impl Inline {
+    fn begin() -> Inline {
+        static WATCHDOG: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        WATCHDOG.get_or_init(|| {
+            let rt = tokio::runtime::Handle::current();
+            let spawned = std::thread::Builder::new()
+                .name("tlsproxy-watchdog".into())
+                .spawn(move || watchdog(rt));
+            if let Err(e) = spawned {
+                crate::log_line!("cannot start the signature watchdog: {e}");
+            }
+        });
+        INLINE_RUNNING.fetch_add(1, Relaxed);
+        Inline
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        INLINE_ENDED.fetch_add(1, Relaxed);
+        INLINE_RUNNING.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Keeps the runtime moving while a signature holds a runtime thread for long (a token that
+/// stops answering, before the proxy knows it is slow). tokio wakes a parked worker only when
+/// work is scheduled, and the I/O that would schedule it waits for a worker to poll it: with
+/// one worker held, the others may sleep on while connections wait (measured: a two-thread
+/// runtime with one thread held 3 s did not serve an established connection for the rest of
+/// that time). So each tick in which a signature is running on a runtime thread and none has
+/// ended, the watchdog spawns an empty task from outside; that wakes a parked worker, which
+/// then polls the I/O.
+fn watchdog(rt: tokio::runtime::Handle) {
+    let mut ended = INLINE_ENDED.load(Relaxed);
+    loop {
+        std::thread::sleep(WATCHDOG_TICK);
+        let now = INLINE_ENDED.load(Relaxed);
+        if INLINE_RUNNING.load(Relaxed) > 0 && now == ended {
+            stats::inc(stats::get().watchdog_wakeups);
+            drop(rt.spawn(async {}));
+        }
+        ended = now;
     }
 }
 
@@ -584,17 +666,22 @@ impl Signer for TokenSigner {
     /// Signs in the token. A fast token signs inline, on the runtime thread: that costs least
     /// (handing the thread's tasks on costs about 10 µs and, measured with `make bench-tls`,
     /// a tenth to a third more server CPU per handshake). A slow token (a network or busy
-    /// hardware module) signs in [`tokio::task::block_in_place`]: the runtime hands this
-    /// thread's other tasks (relays, handshakes, its own I/O polling) to another thread while
-    /// the token works, so that several slow signatures run at once and the other connections
-    /// keep moving. At most [`set_max_offloaded_signatures`] run so at once; beyond that a
-    /// slow token's signature is refused at once rather than hold a runtime thread.
+    /// hardware module, or one with a signature running for [`STUCK_SIGNATURE`]) signs in
+    /// [`tokio::task::block_in_place`]: the runtime hands this thread's other tasks (relays,
+    /// handshakes, its own I/O polling) to another thread while the token works, so that
+    /// several slow signatures run at once and the other connections keep moving. At most
+    /// [`set_max_offloaded_signatures`] run so at once; beyond that a slow token's signature is
+    /// refused at once rather than hold a runtime thread. An inline signature that turns out
+    /// long (the first of a token that stops answering) is covered by the [`watchdog`].
     fn sign(&self, message: &[u8]) -> std::result::Result<Vec<u8>, rustls::Error> {
         let sigs = &self.key.0.token.signatures;
         let s = stats::get();
+        let (id, slow) = sigs.begin();
         let start = Instant::now();
-        let signed = if sigs.is_slow() && may_block_in_place() {
+        let may = may_block_in_place();
+        let signed = if slow && may {
             let Some(_place) = Offloaded::take() else {
+                sigs.end(id, None);
                 // Counted, and logged once in a thousand: a token that stopped answering would
                 // otherwise write a line per handshake.
                 let n = s.signatures_refused.fetch_add(1, Relaxed) + 1;
@@ -615,9 +702,10 @@ impl Signer for TokenSigner {
             stats::inc(s.signatures_offloaded);
             tokio::task::block_in_place(|| self.key.sign_with(self.scheme, message))
         } else {
+            let _inline = may.then(Inline::begin);
             self.key.sign_with(self.scheme, message)
         };
-        sigs.record(start.elapsed());
+        sigs.end(id, Some(start.elapsed()));
         signed.map_err(|e| {
             stats::inc(s.sign_errors);
             crate::log_line!("signing with {}: {e}", self.key.0.name);
@@ -650,37 +738,72 @@ mod tests {
         assert_eq!(&big[..3], &[0x30, 0x81, 0x8a]);
     }
 
+    /// One signature of `took`, begun and ended at once; whether the token was slow at its start.
+    fn one(sigs: &Signatures, took: Duration) -> bool {
+        let (id, slow) = sigs.begin();
+        sigs.end(id, Some(took));
+        slow
+    }
+
     #[test]
     fn slow_tokens_are_told_from_fast_ones() {
         let t = Signatures::default();
         let fast = Duration::from_micros(250);
-        assert!(!t.is_slow());
+        assert!(!one(&t, fast));
         // A fast token whose thread now and then waits for the CPU: still fast.
         for i in 0..200 {
-            t.record(if i % 20 == 19 {
+            let took = if i % 20 == 19 {
                 Duration::from_millis(10)
             } else {
                 fast
-            });
-            assert!(!t.is_slow(), "signature {i}");
+            };
+            assert!(!one(&t, took), "signature {i}");
         }
         // One signature of a token behind a network is enough to call it slow...
-        t.record(Duration::from_millis(200));
-        assert!(t.is_slow());
+        one(&t, Duration::from_millis(200));
+        assert!(one(&t, Duration::from_millis(150)));
         // ...and it stays slow while it is.
         for _ in 0..20 {
-            t.record(Duration::from_millis(150));
-            assert!(t.is_slow());
+            assert!(one(&t, Duration::from_millis(150)));
         }
         // A token that became fast again is fast again after some signatures.
         for _ in 0..40 {
-            t.record(fast);
+            one(&t, fast);
         }
-        assert!(!t.is_slow());
+        assert!(!one(&t, fast));
         // No overflow on absurd times.
-        t.record(Duration::MAX);
-        t.record(Duration::MAX);
-        assert!(t.is_slow());
+        one(&t, Duration::MAX);
+        one(&t, Duration::MAX);
+        assert!(one(&t, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_token_that_stops_answering_is_slow_at_once() {
+        let t = Signatures::default();
+        let fast = Duration::from_micros(250);
+        for _ in 0..10 {
+            one(&t, fast);
+        }
+        // A signature that has not ended: the next one, begun at once, does not know yet...
+        let (stuck, slow) = t.begin();
+        assert!(!slow);
+        assert!(!one(&t, fast));
+        // ...but once the first has been running for STUCK_SIGNATURE, every new one is slow.
+        std::thread::sleep(STUCK_SIGNATURE + Duration::from_millis(1));
+        assert!(one(&t, fast));
+        assert!(one(&t, fast));
+        // It ends (a long signature, but no longer a running one): fast again after some.
+        t.end(stuck, Some(Duration::from_millis(20)));
+        for _ in 0..20 {
+            one(&t, fast);
+        }
+        assert!(!one(&t, fast));
+        assert!(t.running.lock().unwrap().is_empty());
+        // A refused signature leaves the mean as it was.
+        let before = t.mean_ns.load(Relaxed);
+        let (id, _) = t.begin();
+        t.end(id, None);
+        assert_eq!(t.mean_ns.load(Relaxed), before);
     }
 
     #[test]

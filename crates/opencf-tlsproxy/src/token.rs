@@ -239,10 +239,10 @@ static INLINE_ENDED: AtomicU64 = AtomicU64::new(0);
 struct Inline;
 
 impl Inline {
-    fn begin() -> Inline {
+    /// `rt`: the runtime whose thread the signature holds (the watchdog's, from the first).
+    fn begin(rt: tokio::runtime::Handle) -> Inline {
         static WATCHDOG: std::sync::OnceLock<()> = std::sync::OnceLock::new();
         WATCHDOG.get_or_init(|| {
-            let rt = tokio::runtime::Handle::current();
             let spawned = std::thread::Builder::new()
                 .name("tlsproxy-watchdog".into())
                 .spawn(move || watchdog(rt));
@@ -302,12 +302,13 @@ impl Drop for Offloaded {
     }
 }
 
-/// Whether [`tokio::task::block_in_place`] may run here: not on a current-thread runtime,
-/// where it panics (outside a runtime it simply runs the closure).
-fn may_block_in_place() -> bool {
-    tokio::runtime::Handle::try_current().map_or(true, |h| {
-        h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-    })
+/// The multi-thread runtime whose worker this thread is, if any: only there does a long
+/// signature hold up other work, and only there may [`tokio::task::block_in_place`] run (it
+/// panics on a current-thread runtime; outside a runtime nothing else waits).
+fn multi_thread_runtime() -> Option<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current()
+        .ok()
+        .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 impl std::fmt::Debug for Token {
@@ -678,8 +679,8 @@ impl Signer for TokenSigner {
         let s = stats::get();
         let (id, slow) = sigs.begin();
         let start = Instant::now();
-        let may = may_block_in_place();
-        let signed = if slow && may {
+        let rt = multi_thread_runtime();
+        let signed = if slow && rt.is_some() {
             let Some(_place) = Offloaded::take() else {
                 sigs.end(id, None);
                 // Counted, and logged once in a thousand: a token that stopped answering would
@@ -702,7 +703,7 @@ impl Signer for TokenSigner {
             stats::inc(s.signatures_offloaded);
             tokio::task::block_in_place(|| self.key.sign_with(self.scheme, message))
         } else {
-            let _inline = may.then(Inline::begin);
+            let _inline = rt.map(Inline::begin);
             self.key.sign_with(self.scheme, message)
         };
         sigs.end(id, Some(start.elapsed()));
@@ -822,18 +823,20 @@ mod tests {
     }
 
     #[test]
-    fn block_in_place_only_where_it_may() {
-        assert!(may_block_in_place(), "outside a runtime");
+    fn long_signatures_are_handled_only_on_a_multi_thread_runtime() {
+        assert!(multi_thread_runtime().is_none(), "outside a runtime");
         let current = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        assert!(!current.block_on(async { may_block_in_place() }));
+        assert!(current.block_on(async { multi_thread_runtime() }).is_none());
         let multi = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .build()
             .unwrap();
-        assert!(
-            multi.block_on(async { tokio::spawn(async { may_block_in_place() }).await.unwrap() })
-        );
+        assert!(multi.block_on(async {
+            tokio::spawn(async { multi_thread_runtime().is_some() })
+                .await
+                .unwrap()
+        }));
     }
 }

@@ -605,7 +605,8 @@ fi
 # - "stuck" is fast, then switched to slow (OPENCF_FAULTY_SWITCH), as a token that stops
 #   answering. The first signature after the switch holds a runtime thread (the watchdog wakes
 #   the other one: watchdog_wakeups); the next, begun while it runs, is known slow and runs off
-#   the runtime threads; a resumed handshake is served at once meanwhile.
+#   the runtime threads; a resumed handshake is served at once meanwhile. Then SIGTERM while a
+#   signature waits 30 s: the daemon does not wait for it.
 SLOW_MS=3000
 faulty_daemon() { # STEM PORT MODE: MODE goes to OPENCF_FAULTY_MODE (empty: the file W/STEM.switch)
     local stem=$1 port=$2 mode=$3
@@ -685,6 +686,19 @@ stuck_ok() {
         "tlsproxy.watchdog_wakeups>=1" || rc=1
     return $rc
 }
+stuck_stop_ok() { # SIGTERM while a signature waits for a token that does not answer for 30 s
+    local c t0 took
+    echo "slow:30000" > "$W/stuck.switch"
+    curl -s -o /dev/null --max-time 40 --cacert "$W/ec.crt" --resolve "localhost:$P_ST:127.0.0.1" \
+        "https://localhost:$P_ST/" & c=$!
+    sleep 0.5
+    t0=$(date +%s%N)
+    sigterm_ok stuck "$P_ST" || return 1
+    took=$(ms_since "$t0")
+    echo "    stopped $took ms after SIGTERM, a signature still waiting"
+    wait "$c" && { echo "    the waiting handshake completed"; return 1; }
+    [ "$took" -lt 5000 ]
+}
 if [ -e "$REL/libopencf_faulty.so" ]; then
     check "a slow token (every signature ${SLOW_MS} ms, 2 runtime threads): daemon listening" \
         faulty_daemon slow "$P_SL" "slow:$SLOW_MS"
@@ -695,7 +709,8 @@ if [ -e "$REL/libopencf_faulty.so" ]; then
     check "a token that stops answering: daemon listening" faulty_daemon stuck "$P_ST" ""
     check "a token that stops answering: the next signature runs off the runtime threads, a resumed handshake is served meanwhile" \
         stuck_ok
-    check "a token that stops answering: SIGTERM stops that daemon" sigterm_ok stuck "$P_ST"
+    check "a token that stops answering: SIGTERM stops that daemon within 5 s, a signature still waiting" \
+        stuck_stop_ok
 else
     fail "the slow-token daemons: $REL/libopencf_faulty.so not built (cargo build --release --workspace)"
 fi

@@ -11,6 +11,12 @@ use opencf_tlsproxy::workers::{self, SuperviseOptions};
 use opencf_tlsproxy::Result;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long a stopping daemon waits for its runtime's threads. A thread inside a token call
+/// that does not return (a token that stopped answering) is not waited for longer: the process
+/// exits and the call with it.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 
 /// TLS termination proxy whose private keys stay in a PKCS#11 token.
 #[derive(Parser)]
@@ -58,6 +64,14 @@ fn check(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs `f` on a multi-thread runtime, then shuts the runtime down within [`SHUTDOWN_WAIT`].
+fn run_on_runtime<F: std::future::Future>(threads: Option<usize>, f: F) -> Result<F::Output> {
+    let rt = runtime(threads)?;
+    let out = rt.block_on(f);
+    rt.shutdown_timeout(SHUTDOWN_WAIT);
+    Ok(out)
+}
+
 fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
@@ -77,7 +91,7 @@ fn daemon(args: Args) -> Result<()> {
             reuseport: true,
             secret,
         };
-        return runtime(args.threads)?.block_on(proxy::run(opts, workers::worker_ready));
+        return run_on_runtime(args.threads, proxy::run(opts, workers::worker_ready))?;
     }
     let from_file = args.workers.is_none();
     let n = match args.workers {
@@ -106,10 +120,13 @@ fn daemon(args: Args) -> Result<()> {
     };
     let mut pid = None;
     let pid_file = args.pid_file.as_deref();
-    runtime(args.threads)?.block_on(proxy::run(opts, || {
-        pid = pid_file.map(PidFile::create).transpose()?;
-        Ok(())
-    }))
+    run_on_runtime(
+        args.threads,
+        proxy::run(opts, || {
+            pid = pid_file.map(PidFile::create).transpose()?;
+            Ok(())
+        }),
+    )?
 }
 
 fn main() -> ExitCode {

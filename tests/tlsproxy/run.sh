@@ -169,9 +169,12 @@ check "curl TLS 1.2 (--tls-max 1.2), ECDSA P-256" curl_ok "$P_EC" "$W/ec.crt" --
 check "curl TLS 1.3, Ed25519 key in the token" curl_ok "$P_ED" "$W/ed.crt" --tlsv1.3
 check "curl TLS 1.2 (--tls-max 1.2), Ed25519" curl_ok "$P_ED" "$W/ed.crt" --tls-max 1.2
 
-s_client() { # PORT [options]: one connection, stdin closed after a short pause
+# One connection, stdin closed after HOLD seconds (default 0.5), all of it within S_TIMEOUT
+# seconds (default 10).
+s_client() { # PORT [options]
     local port=$1; shift
-    (sleep 0.5; echo) | timeout 10 openssl s_client -connect "127.0.0.1:$port" -servername localhost "$@" 2>&1
+    (sleep "${HOLD:-0.5}"; echo) | timeout "${S_TIMEOUT:-10}" openssl s_client -connect "127.0.0.1:$port" \
+        -servername localhost "$@" 2>&1
 }
 pkcs1_ok() {
     local out; out=$(s_client "$P_RSA" -tls1_2 -sigalgs RSA+SHA256 -CAfile "$W/rsa.crt")
@@ -638,8 +641,8 @@ resumed_at_once() { # PORT SESSION: resumed, and served within 1.5 s (s_client h
 slow_first_ok() { # one handshake (on a runtime thread), its session kept
     rm -f "$W/sess-slow"
     # stdin held open past the signature, so that s_client reads the session ticket.
-    (sleep $((SLOW_MS / 1000 + 2)); echo) | timeout 20 openssl s_client -connect "127.0.0.1:$P_SL" \
-        -servername localhost -tls1_3 -CAfile "$W/ec.crt" -sess_out "$W/sess-slow" 2>&1 | grep -q "^New," \
+    HOLD=$((SLOW_MS / 1000 + 2)) S_TIMEOUT=20 s_client "$P_SL" -tls1_3 -CAfile "$W/ec.crt" \
+        -sess_out "$W/sess-slow" | grep -q "^New," \
         && daemon_stat_ok slow "faulty.CKM_ECDSA.ops=1" "tlsproxy.signatures_offloaded=0"
 }
 slow_parallel_ok() {

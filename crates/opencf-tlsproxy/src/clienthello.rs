@@ -1,6 +1,7 @@
 //! Reads the first flight of a TLS connection without consuming it: the record layer is
 //! reassembled until the whole ClientHello handshake message is present, then the parts the
-//! proxy decides on (offered versions, cipher suites, signature schemes, SNI) are extracted.
+//! proxy decides on (offered versions, cipher suites, signature schemes, SNI, application
+//! protocols) are extracted.
 //! The bytes themselves are kept by the caller and replayed either into rustls or, untouched,
 //! to the fallback port.
 
@@ -11,6 +12,7 @@ const CONTENT_HANDSHAKE: u8 = 22;
 const HS_CLIENT_HELLO: u8 = 1;
 const EXT_SERVER_NAME: u16 = 0;
 const EXT_SIGNATURE_ALGORITHMS: u16 = 13;
+const EXT_ALPN: u16 = 16;
 const EXT_SUPPORTED_VERSIONS: u16 = 43;
 
 /// What a ClientHello offers.
@@ -21,6 +23,9 @@ pub struct Hello {
     pub suites: Vec<u16>,
     pub sig_schemes: Vec<u16>,
     pub sni: Option<String>,
+    /// The application protocols offered (ALPN), in the client's order; `None` without the
+    /// extension.
+    pub alpn: Option<Vec<Vec<u8>>>,
 }
 
 /// Result of looking at the bytes received so far.
@@ -174,6 +179,22 @@ fn parse_body(body: &[u8]) -> Option<Hello> {
                 }
                 EXT_SIGNATURE_ALGORITHMS => h.sig_schemes = u16_list(d.vec16()?)?,
                 EXT_SUPPORTED_VERSIONS => supported_versions = Some(u16_list(d.vec8()?)?),
+                EXT_ALPN => {
+                    // ProtocolNameList: at least one name, none empty (RFC 7301, 3.1).
+                    let mut list = Reader(d.vec16()?);
+                    let mut names = Vec::new();
+                    while !list.0.is_empty() {
+                        let name = list.vec8()?;
+                        if name.is_empty() {
+                            return None;
+                        }
+                        names.push(name.to_vec());
+                    }
+                    if names.is_empty() {
+                        return None;
+                    }
+                    h.alpn = Some(names);
+                }
                 _ => {}
             }
         }
@@ -254,6 +275,61 @@ pub(crate) mod tests {
         for n in 0..rec.len() {
             assert_eq!(peek(&rec[..n]), Peek::Incomplete, "prefix {n}");
         }
+    }
+
+    /// `build`'s record with an ALPN extension (`names`, in this order) added.
+    pub fn with_alpn(rec: &[u8], names: &[&[u8]]) -> Vec<u8> {
+        let mut list = Vec::new();
+        for n in names {
+            list.push(n.len() as u8);
+            list.extend_from_slice(n);
+        }
+        let mut ext = 16u16.to_be_bytes().to_vec();
+        ext.extend_from_slice(&((list.len() + 2) as u16).to_be_bytes());
+        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&list);
+        // The record, handshake and extensions lengths each grow by the extension's size.
+        let mut out = rec.to_vec();
+        let grow = |at: usize, bytes: usize, out: &mut Vec<u8>| {
+            let mut v = 0usize;
+            for b in &out[at..at + bytes] {
+                v = v << 8 | *b as usize;
+            }
+            v += ext.len();
+            for i in 0..bytes {
+                out[at + i] = (v >> (8 * (bytes - 1 - i))) as u8;
+            }
+        };
+        grow(3, 2, &mut out);
+        grow(6, 3, &mut out);
+        // legacy_version, random, an empty session ID, then the suites and compression.
+        let suites = u16::from_be_bytes([out[44], out[45]]) as usize;
+        let exts_at = 46 + suites + 2;
+        grow(exts_at, 2, &mut out);
+        out.extend_from_slice(&ext);
+        out
+    }
+
+    #[test]
+    fn parses_alpn() {
+        let rec = build(&[0x1301], None, Some(&[0x0304]), &[0x0403]);
+        let Peek::Hello(h) = peek(&rec) else {
+            panic!("not parsed")
+        };
+        assert_eq!(h.alpn, None);
+        let rec = with_alpn(&rec, &[b"h2", b"http/1.1"]);
+        let Peek::Hello(h) = peek(&rec) else {
+            panic!("not parsed")
+        };
+        assert_eq!(h.alpn, Some(vec![b"h2".to_vec(), b"http/1.1".to_vec()]));
+        assert_eq!(h.suites, vec![0x1301]);
+        // An empty list or an empty name is malformed (RFC 7301).
+        let base = build(&[0x1301], None, Some(&[0x0304]), &[0x0403]);
+        assert!(matches!(peek(&with_alpn(&base, &[])), Peek::Invalid(_)));
+        assert!(matches!(
+            peek(&with_alpn(&base, &[b"h2", b""])),
+            Peek::Invalid(_)
+        ));
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! idle_timeout = 300           # optional: close a relay idle this long (seconds; 0: never)
 //! proxy_protocol = "v2"        # optional: PROXY header ("v1" or "v2") to the clear-text service
 //! unknown_sni = "default"      # or "fallback" / "reject"
+//! alpn = ["h2", "http/1.1"]    # optional: application protocols offered (ALPN), preferred first
 //! pin_file = "/etc/opencf/tlsproxy.pin"
 //! cert_file = "/etc/opencf/tlsproxy/8443.pem"      # or cert_uri = "pkcs11:…;type=cert"
 //! # chain_file = "/etc/opencf/ca-chain.pem"       # with cert_uri: CA certificates sent after it
@@ -85,6 +86,32 @@ pub enum UnknownSni {
 pub const MAX_HANDSHAKE_TIMEOUT: u64 = 3600;
 /// The longest `idle_timeout` (a year).
 pub const MAX_IDLE_TIMEOUT: u64 = 365 * 86400;
+
+/// The most application protocols an instance may name (`alpn`).
+pub const MAX_ALPN: usize = 16;
+
+/// Checks an `alpn` list: 1 to [`MAX_ALPN`] distinct names of 1 to 255 bytes (RFC 7301's
+/// limits), printable ASCII as the IANA registry's names are.
+pub fn check_alpn(names: &[String]) -> Result<()> {
+    if names.len() > MAX_ALPN {
+        return Err(format!(
+            "alpn: {} protocols, at most {MAX_ALPN}",
+            names.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for p in names {
+        if p.is_empty() || p.len() > 255 || !p.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "alpn: {p:?} is not a protocol name (1 to 255 printable ASCII characters, as \"h2\" or \"http/1.1\")"
+            ));
+        }
+        if !seen.insert(p) {
+            return Err(format!("alpn: {p:?} is named twice"));
+        }
+    }
+    Ok(())
+}
 
 /// The PROXY protocol header sent to the clear-text service (see [`crate::proxy_header`]);
 /// also `tlsproxycfg create --proxy-protocol`'s values.
@@ -161,6 +188,10 @@ pub struct Instance {
     pub proxy_protocol: Option<ProxyProtocol>,
     #[serde(default)]
     pub unknown_sni: UnknownSni,
+    /// Application protocols the instance negotiates (ALPN, RFC 7301), preferred first; empty
+    /// (the default): no ALPN, a client's offer is ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alpn: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +235,7 @@ impl Instance {
             idle_timeout: 0,
             proxy_protocol: None,
             unknown_sni: UnknownSni::Default,
+            alpn: Vec::new(),
             pin_file: None,
             cert_file: None,
             cert_uri: None,
@@ -282,6 +314,7 @@ impl Instance {
                 ));
             }
         }
+        check_alpn(&self.alpn).map_err(|e| format!("instance {n}: {e}"))?;
         if self.unknown_sni == UnknownSni::Fallback && self.fallback_port.is_none() {
             return Err(format!(
                 "instance {n}: unknown_sni = \"fallback\" needs fallback_port"
@@ -370,6 +403,7 @@ mod tests {
         i.cert_file = Some("/c.pem".into());
         i.idle_timeout = 300;
         i.proxy_protocol = Some(ProxyProtocol::V2);
+        i.alpn = vec!["h2".into(), "http/1.1".into()];
         i.sni.push(SniSite {
             names: vec!["a.example".into()],
             cert_file: None,
@@ -425,6 +459,22 @@ mod tests {
         assert!(one("handshake_timeout = 0")
             .unwrap_err()
             .contains("between 1 and 3600"));
+        let h2 = &one("alpn = [\"h2\", \"http/1.1\"]").unwrap().instances[0];
+        assert_eq!(h2.alpn, ["h2", "http/1.1"]);
+        assert!(plain.alpn.is_empty());
+        for (bad, why) in [
+            ("alpn = [\"\"]", "not a protocol name"),
+            ("alpn = [\"h 2\"]", "not a protocol name"),
+            ("alpn = [\"h2\", \"h2\"]", "named twice"),
+        ] {
+            assert!(one(bad).unwrap_err().contains(why), "{bad}");
+        }
+        let long = format!("alpn = [\"{}\"]", "x".repeat(256));
+        assert!(one(&long).unwrap_err().contains("not a protocol name"));
+        let many: Vec<String> = (0..17).map(|i| format!("\"p{i}\"")).collect();
+        assert!(one(&format!("alpn = [{}]", many.join(",")))
+            .unwrap_err()
+            .contains("at most 16"));
         assert_eq!(Config::parse("workers = 4").unwrap().workers, Some(4));
         let c = Config::parse("max_offloaded_signatures = 16").unwrap();
         assert_eq!(c.max_offloaded_signatures, Some(16));

@@ -251,6 +251,17 @@ impl Site {
     }
 }
 
+/// Whether a handshake can agree on the application protocol: always when the instance names
+/// none (the client's offer is ignored) or the client offers none (no protocol is chosen);
+/// otherwise only when they share one. rustls answers the last case, without a fallback port,
+/// with the `no_application_protocol` alert (RFC 7301, 3.2).
+pub fn alpn_agrees(ours: &[Vec<u8>], offered: Option<&[Vec<u8>]>) -> bool {
+    match offered {
+        Some(theirs) if !ours.is_empty() => ours.iter().any(|p| theirs.contains(p)),
+        _ => true,
+    }
+}
+
 /// What to do with a connection, decided from its ClientHello.
 pub enum Decision {
     Serve(Arc<ServerConfig>),
@@ -266,6 +277,8 @@ pub struct InstanceTls {
     pub suites: Vec<SupportedCipherSuite>,
     pub unknown_sni: UnknownSni,
     pub fallback: bool,
+    /// The application protocols of `alpn`, preferred first (empty: no ALPN).
+    pub alpn: Vec<Vec<u8>>,
 }
 
 impl InstanceTls {
@@ -282,6 +295,7 @@ impl InstanceTls {
         if tls12 {
             versions.push(&rustls::version::TLS12);
         }
+        let alpn: Vec<Vec<u8>> = inst.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let pin_file = inst.pin_file.as_deref();
         let mut specs = vec![(
             Vec::new(),
@@ -334,6 +348,7 @@ impl InstanceTls {
                 .with_no_client_auth()
                 .with_cert_resolver(Arc::new(OneCert(ck)));
             cfg.ignore_client_order = true;
+            cfg.alpn_protocols = alpn.clone();
             cfg.session_storage = res.cache.clone();
             if inst.tickets {
                 cfg.ticketer = res.ticketer.clone();
@@ -351,6 +366,7 @@ impl InstanceTls {
             suites,
             unknown_sni: inst.unknown_sni,
             fallback: inst.fallback_port.is_some(),
+            alpn,
         })
     }
 
@@ -398,6 +414,9 @@ impl InstanceTls {
         if self.fallback && !self.can_serve(site, hello) {
             return Decision::Fallback("no common version, cipher suite or signature scheme");
         }
+        if self.fallback && !alpn_agrees(&self.alpn, hello.alpn.as_deref()) {
+            return Decision::Fallback("no common application protocol");
+        }
         // Without a fallback port rustls answers what it cannot serve with an alert.
         Decision::Serve(site.config.clone())
     }
@@ -417,6 +436,18 @@ mod tests {
             .unwrap_err()
             .contains("known"));
         assert!(select_suites(None).unwrap().len() >= 9);
+    }
+
+    #[test]
+    fn alpn_agreement() {
+        let h2 = b"h2".to_vec();
+        let h1 = b"http/1.1".to_vec();
+        let ours = [h2.clone(), h1.clone()];
+        assert!(alpn_agrees(&ours, None));
+        assert!(alpn_agrees(&[], Some(&[b"spdy/3".to_vec()])));
+        assert!(alpn_agrees(&ours, Some(&[b"x".to_vec(), h1.clone()])));
+        assert!(!alpn_agrees(&ours, Some(&[b"spdy/3".to_vec()])));
+        assert!(!alpn_agrees(&[h1], Some(&[h2])));
     }
 
     #[test]

@@ -94,6 +94,10 @@ enum Cmd {
         /// clear-text service before the relayed bytes.
         #[arg(long, value_enum)]
         proxy_protocol: Option<ProxyProtocol>,
+        /// Application protocols to negotiate (ALPN), comma-separated, preferred first
+        /// (e.g. h2,http/1.1).
+        #[arg(long)]
+        alpn: Option<String>,
         /// Disable session tickets.
         #[arg(long)]
         no_tickets: bool,
@@ -286,6 +290,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         handshake_timeout,
         idle_timeout,
         proxy_protocol,
+        alpn,
         no_tickets,
         unknown_sni,
         start,
@@ -329,6 +334,9 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         inst.idle_timeout = i;
     }
     inst.proxy_protocol = proxy_protocol;
+    if let Some(a) = alpn {
+        inst.alpn = list_arg(&a);
+    }
     if let Some(u) = unknown_sni {
         inst.unknown_sni = toml::Value::String(u.clone())
             .try_into()

@@ -21,11 +21,16 @@
                                     others keep working
   robust.py hold  PORT CAFILE CMD…   a TLS connection is made, CMD runs (a reload), then the
                                     connection must still carry an HTTP request and its answer
-  robust.py proxyproto PORT CAFILE BACK_PORT v1|v2
+  robust.py proxyproto PORT CAFILE BACK_PORT v1|v2 [OFFER WANT]
                                     the application on BACK_PORT (served here) must receive a
                                     PROXY protocol header of that version first, naming this
                                     client's address and port and the instance's, then the
-                                    client's bytes
+                                    client's bytes; a v2 header must also carry the TLS fields
+                                    (the server name, PP2_TYPE_SSL with the version and the
+                                    suite, and the application protocol). With OFFER (ALPN
+                                    names, comma-separated) the client offers them, and the
+                                    protocol chosen, seen by the client and in the header,
+                                    must be WANT
   robust.py idletimeout PORT CAFILE SECONDS
                                     with idle_timeout = SECONDS in front of the echo service: an
                                     idle connection is closed cleanly after SECONDS (not much
@@ -424,36 +429,63 @@ def read_exactly(conn, n):
     return data
 
 
-def read_proxy_header(conn, version):
-    """The header an application behind the proxy reads first: (src, sport, dst, dport)."""
-    if version == "v1":
-        line = b""
-        while not line.endswith(b"\r\n"):
-            line += read_exactly(conn, 1)
-            if len(line) > 107:  # the specification's longest line
-                raise ValueError(f"v1 line too long: {line!r}")
-        parts = line[:-2].decode().split(" ")
-        if parts[0] != "PROXY" or parts[1] not in ("TCP4", "TCP6") or len(parts) != 6:
-            raise ValueError(f"bad v1 line {line!r}")
-        return parts[2], int(parts[4]), parts[3], int(parts[5])
+def read_proxy_header_v1(conn):
+    """The v1 line an application behind the proxy reads first: (src, sport, dst, dport)."""
+    line = b""
+    while not line.endswith(b"\r\n"):
+        line += read_exactly(conn, 1)
+        if len(line) > 107:  # the specification's longest line
+            raise ValueError(f"v1 line too long: {line!r}")
+    parts = line[:-2].decode().split(" ")
+    if parts[0] != "PROXY" or parts[1] not in ("TCP4", "TCP6") or len(parts) != 6:
+        raise ValueError(f"bad v1 line {line!r}")
+    return parts[2], int(parts[4]), parts[3], int(parts[5])
+
+
+def read_proxy_header_v2_tlvs(conn):
+    """A v2 header: ((src, sport, dst, dport), {type: value}) with PP2_TYPE_SSL (0x20) split
+    into its client flags, verify field and sub-fields ({"client", "verify", 0x21: …})."""
     head = read_exactly(conn, 16)
     if head[:12] != V2_SIGNATURE or head[12] != 0x21:
         raise ValueError(f"bad v2 header {head!r}")
     fam, length = head[13], struct.unpack("!H", head[14:16])[0]
     body = read_exactly(conn, length)
-    if fam == 0x11 and length == 12:
-        src, dst = socket.inet_ntop(socket.AF_INET, body[0:4]), socket.inet_ntop(socket.AF_INET, body[4:8])
-        sport, dport = struct.unpack("!HH", body[8:12])
-    elif fam == 0x21 and length == 36:
-        src, dst = socket.inet_ntop(socket.AF_INET6, body[0:16]), socket.inet_ntop(socket.AF_INET6, body[16:32])
-        sport, dport = struct.unpack("!HH", body[32:36])
+    if fam == 0x11 and length >= 12:
+        af, n = socket.AF_INET, 4
+    elif fam == 0x21 and length >= 36:
+        af, n = socket.AF_INET6, 16
     else:
         raise ValueError(f"unexpected v2 family {fam:#x}, length {length}")
-    return src, sport, dst, dport
+    src, dst = socket.inet_ntop(af, body[0:n]), socket.inet_ntop(af, body[n:2 * n])
+    sport, dport = struct.unpack("!HH", body[2 * n:2 * n + 4])
+
+    def tlvs(b):
+        out, i = {}, 0
+        while i < len(b):
+            if i + 3 > len(b):
+                raise ValueError(f"truncated TLV at {i}: {b!r}")
+            t, ln = b[i], struct.unpack("!H", b[i + 1:i + 3])[0]
+            if i + 3 + ln > len(b):
+                raise ValueError(f"TLV {t:#x} overruns the header")
+            if t in out:
+                raise ValueError(f"TLV {t:#x} twice")
+            out[t] = b[i + 3:i + 3 + ln]
+            i += 3 + ln
+        return out
+
+    fields = tlvs(body[2 * n + 4:])
+    if 0x20 in fields:
+        ssl_v = fields[0x20]
+        sub = tlvs(ssl_v[5:])
+        sub["client"] = ssl_v[0]
+        sub["verify"] = struct.unpack("!I", ssl_v[1:5])[0]
+        fields[0x20] = sub
+    return (src, sport, dst, dport), fields
 
 
-def proxyproto(port, cafile, back_port, version):
-    """The application behind PORT gets the PROXY header first, with this client's address."""
+def proxyproto(port, cafile, back_port, version, offer=None, want_alpn=None):
+    """The application behind PORT gets the PROXY header first, with this client's address
+    (and, in version 2, what the handshake settled)."""
     import threading
 
     seen = {}
@@ -465,7 +497,10 @@ def proxyproto(port, cafile, back_port, version):
             conn, _ = srv.accept()
             with conn:
                 conn.settimeout(10)
-                seen["header"] = read_proxy_header(conn, version)
+                if version == "v2":
+                    seen["header"], seen["tlvs"] = read_proxy_header_v2_tlvs(conn)
+                else:
+                    seen["header"] = read_proxy_header_v1(conn)
                 seen["then"] = read_exactly(conn, 6)
                 conn.sendall(b"seen\n")
         except Exception as e:  # reported below
@@ -474,11 +509,15 @@ def proxyproto(port, cafile, back_port, version):
     t = threading.Thread(target=app, daemon=True)
     t.start()
     ctx = ssl.create_default_context(cafile=cafile)
+    if offer:
+        ctx.set_alpn_protocols(offer.split(","))
     ok = False
     try:
         with socket.create_connection((HOST, port), timeout=10) as s:
             mine = s.getsockname()[:2]
             with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+                chosen = tls.selected_alpn_protocol()
+                tls_version, suite = tls.version(), tls.cipher()[0]
                 tls.sendall(b"hello\n")
                 answer = tls.recv(64)
         t.join(15)
@@ -487,6 +526,23 @@ def proxyproto(port, cafile, back_port, version):
         ok = got == want and seen.get("then") == b"hello\n" and answer == b"seen\n"
         print(f"proxyproto {version}: application saw {got} then {seen.get('then')!r} "
               f"(client {want}){' error ' + seen['error'] if 'error' in seen else ''}")
+        ok = ok and chosen == want_alpn
+        if version == "v2":
+            f = seen.get("tlvs", {})
+            ssl_f = f.get(0x20, {})
+            alpn = f.get(0x01)
+            print(f"proxyproto v2 fields: ALPN {alpn!r} (the client got {chosen!r}), "
+                  f"authority {f.get(0x02)!r}, SSL client flags {ssl_f.get('client')} "
+                  f"verify {ssl_f.get('verify')} version {ssl_f.get(0x21)!r} "
+                  f"cipher {ssl_f.get(0x23)!r} (the client's {tls_version} {suite})")
+            ok = (ok and f.get(0x02) == b"localhost"
+                  and alpn == (want_alpn.encode() if want_alpn else None)
+                  and ssl_f.get("client") == 1 and ssl_f.get("verify") != 0
+                  and ssl_f.get(0x21) == tls_version.encode()
+                  and ssl_f.get(0x23, b"").startswith(b"TLS_")
+                  # OpenSSL names TLS 1.3 suites by their IANA names, as the header does.
+                  and (tls_version != "TLSv1.3" or ssl_f.get(0x23) == suite.encode())
+                  and set(f) <= {0x01, 0x02, 0x20})
     finally:
         srv.close()
     return ok
@@ -537,7 +593,8 @@ def main():
     elif cmd == "hold":
         ok = hold(int(sys.argv[2]), sys.argv[3], sys.argv[4:])
     elif cmd == "proxyproto":
-        ok = proxyproto(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        a = sys.argv
+        ok = proxyproto(int(a[2]), a[3], int(a[4]), a[5], *a[6:8])
     elif cmd == "idletimeout":
         ok = idletimeout(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:

@@ -51,13 +51,14 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 24
+pick_ports 28
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
 P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
-P_SL=$((BASE + 22)); P_ST=$((BASE + 23))
+P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
+P_AN=$((BASE + 26)); P_H2=$((BASE + 27))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -118,7 +119,8 @@ check "create -f pem (Ed25519), reload: listening" wait_port "$P_ED"
 refused_ok() {
     local opt msg
     for opt in "--versions 1.4|unknown TLS version" "--handshake-timeout 0|between 1 and 3600" \
-        "--idle-timeout 99999999999|at most" "--unknown-sni fallback|needs fallback_port"; do
+        "--idle-timeout 99999999999|at most" "--unknown-sni fallback|needs fallback_port" \
+        "--alpn h2,h2|named twice"; do
         msg=${opt#*|}
         # shellcheck disable=SC2086
         if "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C refused-key -x "$HTTP" \
@@ -384,6 +386,61 @@ list_pipe_ok() { # a reader that stops after one line: no panic, exit 0
     [ "${PIPESTATUS[0]}" = 0 ] && ! grep -q panicked "$W/list-pipe.err"
 }
 check "tlsproxycfg list | head -1: exit 0, no panic" list_pipe_ok
+
+# --- application protocols (ALPN) --------------------------------------------------------------
+# P_AL: h2 and http/1.1 (h2 preferred), a PROXY v2 header, the fallback server. P_AN: h2 alone,
+# no fallback, in front of nginx speaking HTTP/2 in clear text (prior knowledge) on P_H2.
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_ALB" -F "$P_FB" \
+    --alpn h2,http/1.1 --proxy-protocol v2 127.0.0.1 "$P_AL" > "$W/create12.log" 2>&1
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_H2" \
+    --alpn h2 127.0.0.1 "$P_AN" > "$W/create13.log" 2>&1
+wait_port "$P_AL" && wait_port "$P_AN" || fail "ALPN instances did not start"
+check "--alpn h2,http/1.1: a client offering http/1.1,h2 gets h2 (the instance's order), and the PROXY v2 header carries it with the server name and the TLS version and suite" \
+    python3 "$HERE/robust.py" proxyproto "$P_AL" "$W/ec.crt" "$P_ALB" v2 http/1.1,h2 h2
+check "--alpn h2,http/1.1: a client offering http/1.1 alone gets http/1.1" \
+    python3 "$HERE/robust.py" proxyproto "$P_AL" "$W/ec.crt" "$P_ALB" v2 http/1.1 http/1.1
+check "--alpn: a client offering no ALPN is served without a protocol (no ALPN field in the header)" \
+    python3 "$HERE/robust.py" proxyproto "$P_AL" "$W/ec.crt" "$P_ALB" v2
+alpn_fallback_ok() { # a client offering only a protocol the instance does not speak
+    local out
+    out=$(s_client "$P_AL" -alpn spdy/3)
+    grep -q "^subject=CN *= *fallback-server" <<<"$out" || { grep -m3 -E "subject|alert|ALPN" <<<"$out" | sed 's/^/    /'; return 1; }
+    out=$(s_client "$P_AN" -alpn spdy/3 -tls1_3)
+    grep -m1 -i "alert" <<<"$out" | sed 's/^/    without a fallback port: /'
+    grep -qi "alert no application protocol" <<<"$out" && ! grep -q "^subject=" <<<"$out"
+}
+check "ALPN spdy/3 alone: handed to the fallback server; without a fallback port, the no_application_protocol alert" alpn_fallback_ok
+h2_ok() { # curl negotiates h2 with the proxy; nginx behind it answers over HTTP/2 in clear text
+    local ng out
+    ng=$(command -v nginx || echo /usr/sbin/nginx)
+    [ -x "$ng" ] || { echo "    nginx is not installed (Debian: nginx)"; return 1; }
+    mkdir -p "$W/h2/logs"
+    cat > "$W/h2/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $W/h2/nginx.pid;
+error_log $W/h2/logs/error.log;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $W/h2/body; proxy_temp_path $W/h2/proxy;
+    fastcgi_temp_path $W/h2/fastcgi; uwsgi_temp_path $W/h2/uwsgi; scgi_temp_path $W/h2/scgi;
+    server {
+        listen 127.0.0.1:$P_H2 http2;
+        location / { default_type text/plain; return 200 "\$server_protocol from nginx\n"; }
+    }
+}
+EOF
+    "$ng" -p "$W/h2" -c "$W/h2/nginx.conf" -e "$W/h2/logs/error.log" &
+    PIDS+=($!)
+    wait_port "$P_H2" || { sed 's/^/    /' "$W/h2/logs/error.log"; return 1; }
+    out=$(curl -sS --max-time 10 --http2 --cacert "$W/ec.crt" --resolve "localhost:$P_AN:127.0.0.1" \
+        -w '%{http_version}' "https://localhost:$P_AN/" 2>&1)
+    echo "    curl --http2: $(tr '\n' ' ' <<<"$out")"
+    [ "$out" = $'HTTP/2.0 from nginx\n2' ]
+}
+check "curl --http2 through --alpn h2 to nginx speaking HTTP/2 in clear text: HTTP/2 end to end" h2_ok
 
 # --- a token certificate with its CA chain (-h, as ksslcfg) ------------------------------------
 # The leaf's key and certificate go into the token with a PEM file holding the leaf alone; that

@@ -19,7 +19,7 @@ use crate::config::{Config, Instance};
 use crate::proxy_header;
 use crate::stats::{self, inc, Active};
 use crate::tickets::TicketSecret;
-use crate::tls::{Decision, InstanceTls, Resumption};
+use crate::tls::{suite_name, Decision, InstanceTls, Resumption};
 use crate::token::{default_module, Module};
 use crate::Result;
 use rustls::server::Acceptor;
@@ -423,11 +423,22 @@ async fn serve(
     };
     let _ = backend.set_nodelay(true);
     if let Some(v) = inst.proxy_protocol {
-        if backend
-            .write_all(&proxy_header::header(v, addrs))
-            .await
-            .is_err()
-        {
+        let conn = tls.get_ref().1;
+        let cipher = conn
+            .negotiated_cipher_suite()
+            .map(|s| suite_name(&s).replacen("TLS13_", "TLS_", 1))
+            .unwrap_or_default();
+        let facts = proxy_header::TlsFacts {
+            version: match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "TLSv1.3",
+            },
+            cipher: &cipher,
+            alpn: conn.alpn_protocol(),
+            sni: conn.server_name(),
+        };
+        let head = proxy_header::header(v, addrs, Some(&facts));
+        if backend.write_all(&head).await.is_err() {
             inc(s.backend_errors);
             let _ = timeout(CLOSE_TIMEOUT, tls.shutdown()).await;
             return;

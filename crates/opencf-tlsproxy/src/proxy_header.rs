@@ -7,7 +7,13 @@
 //! * Version 2 is binary: a 12-byte signature, the version and command (`0x21`: version 2,
 //!   `PROXY`), the family and transport (`0x11` TCP over IPv4, `0x21` TCP over IPv6), the
 //!   length of the addresses, then source address, destination address, source port and
-//!   destination port in network order.
+//!   destination port in network order. Type-length-value fields follow with what the TLS
+//!   handshake settled, as HAProxy's `send-proxy-v2-ssl` and hitch send them: the application
+//!   protocol chosen (`PP2_TYPE_ALPN`, where one was), the server name the client asked for
+//!   (`PP2_TYPE_AUTHORITY`, where it sent one), and `PP2_TYPE_SSL` with the client flag
+//!   `PP2_CLIENT_SSL`, a non-zero `verify` (no client certificate was asked for; the
+//!   specification keeps zero for a verified one), the version (`TLSv1.3`, `TLSv1.2`) and the
+//!   cipher suite (its IANA name) as sub-fields. Receivers skip the types they do not know.
 //!
 //! An IPv4 client on a dual-stack listener (`::ffff:a.b.c.d`) is written as IPv4; when the two
 //! addresses are of different families after that, both are written as IPv6 (the IPv4 one
@@ -19,6 +25,52 @@ use std::net::{IpAddr, SocketAddr};
 
 /// The version 2 signature.
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
+
+/// Version 2 field types (the specification's names).
+const PP2_TYPE_ALPN: u8 = 0x01;
+const PP2_TYPE_AUTHORITY: u8 = 0x02;
+const PP2_TYPE_SSL: u8 = 0x20;
+const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
+/// `PP2_TYPE_SSL`'s client flag: the connection was made over TLS.
+const PP2_CLIENT_SSL: u8 = 0x01;
+
+/// What the TLS handshake of a connection settled, for a version 2 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsFacts<'a> {
+    /// `TLSv1.3` or `TLSv1.2`.
+    pub version: &'a str,
+    /// The cipher suite's IANA name.
+    pub cipher: &'a str,
+    /// The application protocol chosen by ALPN.
+    pub alpn: Option<&'a [u8]>,
+    /// The server name the client sent.
+    pub sni: Option<&'a str>,
+}
+
+/// Appends one type-length-value field.
+fn tlv(out: &mut Vec<u8>, ty: u8, value: &[u8]) {
+    out.push(ty);
+    out.extend_from_slice(&(value.len() as u16).to_be_bytes());
+    out.extend_from_slice(value);
+}
+
+/// The fields that follow the addresses of a version 2 header.
+fn tls_tlvs(facts: &TlsFacts) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(p) = facts.alpn {
+        tlv(&mut out, PP2_TYPE_ALPN, p);
+    }
+    if let Some(name) = facts.sni {
+        tlv(&mut out, PP2_TYPE_AUTHORITY, name.as_bytes());
+    }
+    let mut ssl = vec![PP2_CLIENT_SSL];
+    ssl.extend_from_slice(&1u32.to_be_bytes());
+    tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, facts.version.as_bytes());
+    tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, facts.cipher.as_bytes());
+    tlv(&mut out, PP2_TYPE_SSL, &ssl);
+    out
+}
 
 /// Both addresses in one family: IPv4 when both are (or map to) IPv4, else IPv6.
 fn same_family(src: SocketAddr, dst: SocketAddr) -> (SocketAddr, SocketAddr) {
@@ -35,8 +87,13 @@ fn same_family(src: SocketAddr, dst: SocketAddr) -> (SocketAddr, SocketAddr) {
 }
 
 /// The header for a connection from `src` (the client) to `dst` (the proxy's listening
-/// address as the client reached it); `None` when either is unknown.
-pub fn header(version: ProxyProtocol, addrs: Option<(SocketAddr, SocketAddr)>) -> Vec<u8> {
+/// address as the client reached it); `None` when either is unknown. Version 2 carries `tls`
+/// after the addresses (a `LOCAL` header carries nothing).
+pub fn header(
+    version: ProxyProtocol,
+    addrs: Option<(SocketAddr, SocketAddr)>,
+    tls: Option<&TlsFacts>,
+) -> Vec<u8> {
     let addrs = addrs.map(|(s, d)| same_family(s, d));
     match version {
         ProxyProtocol::V1 => match addrs {
@@ -74,6 +131,9 @@ pub fn header(version: ProxyProtocol, addrs: Option<(SocketAddr, SocketAddr)>) -
             };
             body.extend_from_slice(&s.port().to_be_bytes());
             body.extend_from_slice(&d.port().to_be_bytes());
+            if let Some(facts) = tls {
+                body.extend_from_slice(&tls_tlvs(facts));
+            }
             h.extend_from_slice(&[0x21, family]);
             h.extend_from_slice(&(body.len() as u16).to_be_bytes());
             h.extend_from_slice(&body);
@@ -92,7 +152,9 @@ mod tests {
 
     #[test]
     fn version_1() {
-        let v1 = |s, d| String::from_utf8(header(ProxyProtocol::V1, Some((a(s), a(d))))).unwrap();
+        let v1 = |s, d| {
+            String::from_utf8(header(ProxyProtocol::V1, Some((a(s), a(d))), Some(&FACTS))).unwrap()
+        };
         assert_eq!(
             v1("192.0.2.7:50123", "198.51.100.1:443"),
             "PROXY TCP4 192.0.2.7 198.51.100.1 50123 443\r\n"
@@ -111,7 +173,7 @@ mod tests {
             v1("192.0.2.7:1", "[2001:db8::1]:2"),
             "PROXY TCP6 ::ffff:192.0.2.7 2001:db8::1 1 2\r\n"
         );
-        assert_eq!(header(ProxyProtocol::V1, None), b"PROXY UNKNOWN\r\n");
+        assert_eq!(header(ProxyProtocol::V1, None, None), b"PROXY UNKNOWN\r\n");
     }
 
     #[test]
@@ -119,6 +181,7 @@ mod tests {
         let h = header(
             ProxyProtocol::V2,
             Some((a("192.0.2.7:50123"), a("198.51.100.1:443"))),
+            None,
         );
         let mut want = V2_SIGNATURE.to_vec();
         want.extend_from_slice(&[0x21, 0x11, 0, 12]);
@@ -128,6 +191,7 @@ mod tests {
         let h = header(
             ProxyProtocol::V2,
             Some((a("[2001:db8::7]:1"), a("[::1]:2"))),
+            None,
         );
         assert_eq!(&h[12..16], &[0x21, 0x21, 0, 36]);
         assert_eq!(h.len(), 16 + 36);
@@ -135,8 +199,49 @@ mod tests {
         assert_eq!(&h[32 + 15..48], &[1]);
         assert_eq!(&h[48..52], &[0, 1, 0, 2]);
         assert_eq!(
-            header(ProxyProtocol::V2, None),
+            header(ProxyProtocol::V2, None, Some(&FACTS)),
             [&V2_SIGNATURE[..], &[0x20, 0x00, 0, 0]].concat()
+        );
+    }
+
+    const FACTS: TlsFacts = TlsFacts {
+        version: "TLSv1.3",
+        cipher: "TLS_AES_128_GCM_SHA256",
+        alpn: Some(b"h2"),
+        sni: Some("www.example.org"),
+    };
+
+    #[test]
+    fn version_2_tls_fields() {
+        let addrs = Some((a("192.0.2.7:50123"), a("198.51.100.1:443")));
+        let h = header(ProxyProtocol::V2, addrs, Some(&FACTS));
+        let mut tlvs = vec![0x01, 0, 2];
+        tlvs.extend_from_slice(b"h2");
+        tlvs.extend_from_slice(&[0x02, 0, 15]);
+        tlvs.extend_from_slice(b"www.example.org");
+        // PP2_TYPE_SSL: client, verify, then the version and cipher sub-fields.
+        let ssl_len = 1 + 4 + (3 + 7) + (3 + 22);
+        tlvs.extend_from_slice(&[0x20, 0, ssl_len as u8, 0x01, 0, 0, 0, 1]);
+        tlvs.extend_from_slice(&[0x21, 0, 7]);
+        tlvs.extend_from_slice(b"TLSv1.3");
+        tlvs.extend_from_slice(&[0x23, 0, 22]);
+        tlvs.extend_from_slice(b"TLS_AES_128_GCM_SHA256");
+        // The address block's length counts the fields.
+        assert_eq!(&h[12..16], &[0x21, 0x11, 0, (12 + tlvs.len()) as u8]);
+        assert_eq!(&h[28..], &tlvs[..]);
+        // Without ALPN or a server name, only PP2_TYPE_SSL follows the addresses.
+        let bare = TlsFacts {
+            alpn: None,
+            sni: None,
+            ..FACTS
+        };
+        let h = header(ProxyProtocol::V2, addrs, Some(&bare));
+        assert_eq!(h[28], 0x20);
+        assert_eq!(h.len(), 28 + 3 + ssl_len);
+        // Version 1 has no room for them.
+        assert_eq!(
+            header(ProxyProtocol::V1, addrs, Some(&FACTS)),
+            header(ProxyProtocol::V1, addrs, None)
         );
     }
 }

@@ -31,6 +31,15 @@
                                     names, comma-separated) the client offers them, and the
                                     protocol chosen, seen by the client and in the header,
                                     must be WANT
+  robust.py clientcert PORT CAFILE BACK_PORT CERT KEY CN RESUMES [CMD…]
+                                    an instance with client certificates and a PROXY v2 header
+                                    in front of BACK_PORT (served here): a connection with
+                                    CERT/KEY (or none, "-") must reach the application with
+                                    PP2_TYPE_SSL's flags, verify field and common name CN saying
+                                    so; then CMD runs (a reload), and a connection resuming the
+                                    first one's session must be resumed (RESUMES "yes", the
+                                    header then saying the certificate came with the session),
+                                    or ("refused") must not resume and be refused, within 5 s
   robust.py idletimeout PORT CAFILE SECONDS
                                     with idle_timeout = SECONDS in front of the echo service: an
                                     idle connection is closed cleanly after SECONDS (not much
@@ -548,6 +557,98 @@ def proxyproto(port, cafile, back_port, version, offer=None, want_alpn=None):
     return ok
 
 
+def clientcert(port, cafile, back_port, cert, key, cn, resumes, cmd):
+    """Client certificates as the application behind PORT learns them (PROXY v2), and
+    whether a session made before CMD resumes after it."""
+    import subprocess
+    import threading
+
+    seen = []
+    srv = socket.create_server((HOST, back_port))
+    srv.settimeout(30)
+    stop = threading.Event()
+
+    def app():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(10)
+                    seen.append(read_proxy_header_v2_tlvs(conn)[1])
+                    read_exactly(conn, 6)
+                    conn.sendall(b"seen\n")
+                except Exception as e:  # reported below
+                    seen.append({"error": repr(e)})
+
+    t = threading.Thread(target=app, daemon=True)
+    t.start()
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    if cert != "-":
+        ctx.load_cert_chain(cert, key)
+
+    def one(session=None):
+        with socket.create_connection((HOST, port), timeout=10) as s:
+            with ctx.wrap_socket(s, server_hostname="localhost", session=session) as tls:
+                tls.sendall(b"hello\n")
+                if tls.recv(64) != b"seen\n":
+                    raise ValueError("no answer from the application")
+                return tls.session, tls.session_reused
+
+    def ssl_fields(n):
+        f = seen[n].get(0x20, {}) if n < len(seen) else {}
+        return f.get("client"), f.get("verify"), f.get(0x22)
+
+    want_cn = None if cert == "-" else cn.encode()
+    ok = False
+    try:
+        session, _ = one()
+        first = ssl_fields(0)
+        want_first = (1, 1, None) if cert == "-" else (7, 0, want_cn)
+        print(f"clientcert: full handshake: flags, verify, CN {first} (want {want_first})")
+        ok = first == want_first
+        if cmd:
+            rc = subprocess.run(cmd, timeout=30).returncode
+            print(f"clientcert: the command between the two connections: exit {rc}")
+            ok = ok and rc == 0
+        # A reload takes effect a moment after the command: retry for up to 5 s until the
+        # answer is the one wanted.
+        deadline = time.monotonic() + 5
+        while True:
+            before = len(seen)
+            try:
+                _, reused = one(session)
+                again, refused = ssl_fields(before), None
+            except ssl.SSLError as e:
+                reused, again, refused = False, None, e
+            done = (refused is not None) if resumes == "refused" else reused
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if resumes == "refused":
+            print(f"clientcert: with the first session: resumed {reused}, refused: {refused!r}")
+            ok = ok and refused is not None and not reused
+        else:
+            want_again = (1, 1, None) if cert == "-" else (5, 0, want_cn)
+            print(f"clientcert: with the first session: resumed {reused}, "
+                  f"flags, verify, CN {again} (want {want_again})")
+            ok = ok and reused and again == want_again
+        errors = [x["error"] for x in seen if "error" in x]
+        if errors:
+            print(f"clientcert: application errors {errors}")
+        ok = ok and not errors
+    except (OSError, ssl.SSLError, ValueError) as e:
+        print(f"clientcert: {e!r}")
+        ok = False
+    finally:
+        stop.set()
+        srv.close()
+    return ok
+
+
 def idletimeout(port, cafile, seconds):
     """An idle relay is closed after `seconds`; one kept busy is not."""
     idle, busy = tls_to(port, cafile), tls_to(port, cafile)
@@ -595,6 +696,9 @@ def main():
     elif cmd == "proxyproto":
         a = sys.argv
         ok = proxyproto(int(a[2]), a[3], int(a[4]), a[5], *a[6:8])
+    elif cmd == "clientcert":
+        a = sys.argv
+        ok = clientcert(int(a[2]), a[3], int(a[4]), a[5], a[6], a[7], a[8], a[9:])
     elif cmd == "idletimeout":
         ok = idletimeout(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:

@@ -51,14 +51,14 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 28
+pick_ports 31
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
 P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE + 16))
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
 P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
-P_AN=$((BASE + 26)); P_H2=$((BASE + 27))
+P_AN=$((BASE + 26)); P_H2=$((BASE + 27)); P_MT=$((BASE + 28)); P_MO=$((BASE + 29)); P_MTB=$((BASE + 30))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -120,7 +120,8 @@ refused_ok() {
     local opt msg
     for opt in "--versions 1.4|unknown TLS version" "--handshake-timeout 0|between 1 and 3600" \
         "--idle-timeout 99999999999|at most" "--unknown-sni fallback|needs fallback_port" \
-        "--alpn h2,h2|named twice"; do
+        "--alpn h2,h2|named twice" "--client-auth optional|go with client_ca_file" \
+        "--client-ca $W/ec.key|no certificate"; do
         msg=${opt#*|}
         # shellcheck disable=SC2086
         if "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C refused-key -x "$HTTP" \
@@ -441,6 +442,71 @@ EOF
     [ "$out" = $'HTTP/2.0 from nginx\n2' ]
 }
 check "curl --http2 through --alpn h2 to nginx speaking HTTP/2 in clear text: HTTP/2 end to end" h2_ok
+
+# --- client certificates (mutual TLS) ------------------------------------------------------------
+# A CA of clients, two clients it signs (one revoked in the first list, both in the second), and a
+# stranger signed by another CA. P_MT requires a certificate and sends a PROXY v2 header to
+# P_MTB (an application in robust.py); P_MO makes one optional, in front of the HTTP server.
+(
+    cd "$W"
+    ca=(basicConstraints=critical,CA:TRUE keyUsage=critical,keyCertSign,cRLSign)
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout cca.key -out cca.crt \
+        -subj /CN=test-clients-ca -days 2 -addext "${ca[0]}" -addext "${ca[1]}"
+    printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' > client.ext
+    for c in client revoked stranger; do
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$c.key" -out "$c.csr" \
+            -subj "/CN=test-$c"
+    done
+    openssl x509 -req -in client.csr -CA cca.crt -CAkey cca.key -CAcreateserial -out client.crt -days 2 -extfile client.ext
+    openssl x509 -req -in revoked.csr -CA cca.crt -CAkey cca.key -CAcreateserial -out revoked.crt -days 2 -extfile client.ext
+    openssl x509 -req -in stranger.csr -CA root.crt -CAkey root.key -CAcreateserial -out stranger.crt -days 2 -extfile client.ext
+    mkdir -p cadb && : > cadb/index.txt && echo 01 > cadb/crlnumber
+    printf '[ca]\ndefault_ca = d\n[d]\ndatabase = %s\ncrlnumber = %s\ndefault_md = sha256\ndefault_crl_days = 2\n' \
+        "$W/cadb/index.txt" "$W/cadb/crlnumber" > cadb/ca.cnf
+    openssl ca -batch -config cadb/ca.cnf -keyfile cca.key -cert cca.crt -revoke revoked.crt
+    openssl ca -batch -config cadb/ca.cnf -keyfile cca.key -cert cca.crt -gencrl -out clients.crl
+    openssl ca -batch -config cadb/ca.cnf -keyfile cca.key -cert cca.crt -revoke client.crt
+    openssl ca -batch -config cadb/ca.cnf -keyfile cca.key -cert cca.crt -gencrl -out clients2.crl
+) > "$W/clientcerts.log" 2>&1 || { sed 's/^/    /' "$W/clientcerts.log"; fail "openssl could not make the client certificates"; }
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$P_MTB" \
+    --client-ca "$W/cca.crt" --client-crl "$W/clients.crl" --proxy-protocol v2 127.0.0.1 "$P_MT" > "$W/create14.log" 2>&1
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C web-ec -p "$W/pin" -x "$HTTP" \
+    --client-ca "$W/cca.crt" --client-auth optional 127.0.0.1 "$P_MO" > "$W/create15.log" 2>&1
+wait_port "$P_MT" && wait_port "$P_MO" || { sed 's/^/    /' "$W/create14.log" "$W/create15.log"; fail "client-certificate instances did not start"; }
+check "--client-ca: a client certificate reaches the application as PP2_TYPE_SSL (flags 7, verify 0, its CN); a resumed session keeps it (flags 5)" \
+    python3 "$HERE/robust.py" clientcert "$P_MT" "$W/ec.crt" "$P_MTB" "$W/client.crt" "$W/client.key" test-client yes
+mtls_refused_ok() { # s_client without a certificate, with the stranger's, with the revoked one
+    local a b c
+    alert() { s_client "$P_MT" -CAfile "$W/ec.crt" "$@" | grep -io "alert [a-z ]*" | head -1; }
+    a=$(alert -tls1_3)
+    b=$(alert -tls1_3 -cert "$W/stranger.crt" -key "$W/stranger.key")
+    c=$(alert -tls1_2 -cert "$W/revoked.crt" -key "$W/revoked.key")
+    echo "    none: $a; another CA's: $b; revoked (TLS 1.2): $c"
+    [ "$a" = "alert certificate required" ] && [ "$b" = "alert unknown ca" ] && [ "$c" = "alert certificate revoked" ]
+}
+check "--client-ca: no certificate, one from another CA, a revoked one (--client-crl): certificate_required, unknown_ca, certificate_revoked alerts" mtls_refused_ok
+mtls_optional_ok() {
+    curl_ok "$P_MO" "$W/ec.crt" || return 1
+    curl_ok "$P_MO" "$W/ec.crt" --tls-max 1.2 --cert "$W/client.crt" --key "$W/client.key" || return 1
+    ! curl -s --max-time 10 --cacert "$W/ec.crt" --resolve "localhost:$P_MO:127.0.0.1" \
+        --cert "$W/stranger.crt" --key "$W/stranger.key" -o /dev/null "https://localhost:$P_MO/"
+}
+check "--client-auth optional: curl without a certificate and with one (TLS 1.2) served; another CA's refused" mtls_optional_ok
+reload_wait() { # CMD…: runs CMD, then waits (10 s at most) for the daemon to log one more reload
+    local n; n=$(grep -c "reloaded:" "$W/tlsproxy.log")
+    "$@" || return 1
+    for _ in $(seq 100); do
+        [ "$(grep -c "reloaded:" "$W/tlsproxy.log")" -gt "$n" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+check "a reload with the same client CA and CRL keeps sessions: the first session resumes after SIGHUP" \
+    python3 "$HERE/robust.py" clientcert "$P_MT" "$W/ec.crt" "$P_MTB" "$W/client.crt" "$W/client.key" test-client yes \
+    bash -c "$(declare -f reload_wait); W=$W; reload_wait kill -HUP $(cat "$W/tlsproxy.pid")"
+check "a reload with a new CRL (the client revoked): its session does not resume, the client is refused" \
+    python3 "$HERE/robust.py" clientcert "$P_MT" "$W/ec.crt" "$P_MTB" "$W/client.crt" "$W/client.key" test-client refused \
+    bash -c "$(declare -f reload_wait); W=$W; cp $W/clients2.crl $W/clients.crl && reload_wait kill -HUP $(cat "$W/tlsproxy.pid")"
 
 # --- a token certificate with its CA chain (-h, as ksslcfg) ------------------------------------
 # The leaf's key and certificate go into the token with a PEM file holding the leaf alone; that

@@ -20,6 +20,9 @@
 //! proxy_protocol = "v2"        # optional: PROXY header ("v1" or "v2") to the clear-text service
 //! unknown_sni = "default"      # or "fallback" / "reject"
 //! alpn = ["h2", "http/1.1"]    # optional: application protocols offered (ALPN), preferred first
+//! client_ca_file = "/etc/opencf/clients-ca.pem"  # optional: ask clients for certificates
+//! client_auth = "required"     # or "optional" (with client_ca_file)
+//! client_crl_file = "/etc/opencf/clients.crl"    # optional: their revocation lists (PEM)
 //! pin_file = "/etc/opencf/tlsproxy.pin"
 //! cert_file = "/etc/opencf/tlsproxy/8443.pem"      # or cert_uri = "pkcs11:…;type=cert"
 //! # chain_file = "/etc/opencf/ca-chain.pem"       # with cert_uri: CA certificates sent after it
@@ -86,6 +89,18 @@ pub enum UnknownSni {
 pub const MAX_HANDSHAKE_TIMEOUT: u64 = 3600;
 /// The longest `idle_timeout` (a year).
 pub const MAX_IDLE_TIMEOUT: u64 = 365 * 86400;
+
+/// Whether a client must present a certificate (with `client_ca_file`); also `tlsproxycfg
+/// create --client-auth`'s values.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// A handshake without a certificate the CAs vouch for fails.
+    #[default]
+    Required,
+    /// A client may present none; one it presents must verify.
+    Optional,
+}
 
 /// The most application protocols an instance may name (`alpn`).
 pub const MAX_ALPN: usize = 16;
@@ -192,6 +207,17 @@ pub struct Instance {
     /// (the default): no ALPN, a client's offer is ignored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alpn: Vec<String>,
+    /// A PEM file of the CA certificates whose client certificates are accepted (mutual TLS);
+    /// absent (the default): no certificate is asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca_file: Option<PathBuf>,
+    /// With `client_ca_file`: whether a certificate is required (the default) or optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuth>,
+    /// With `client_ca_file`: a PEM file of certificate revocation lists for the client
+    /// certificates and their issuers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_crl_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_file: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,6 +262,9 @@ impl Instance {
             proxy_protocol: None,
             unknown_sni: UnknownSni::Default,
             alpn: Vec::new(),
+            client_ca_file: None,
+            client_auth: None,
+            client_crl_file: None,
             pin_file: None,
             cert_file: None,
             cert_uri: None,
@@ -315,6 +344,13 @@ impl Instance {
             }
         }
         check_alpn(&self.alpn).map_err(|e| format!("instance {n}: {e}"))?;
+        if self.client_ca_file.is_none()
+            && (self.client_auth.is_some() || self.client_crl_file.is_some())
+        {
+            return Err(format!(
+                "instance {n}: client_auth and client_crl_file go with client_ca_file"
+            ));
+        }
         if self.unknown_sni == UnknownSni::Fallback && self.fallback_port.is_none() {
             return Err(format!(
                 "instance {n}: unknown_sni = \"fallback\" needs fallback_port"
@@ -404,6 +440,9 @@ mod tests {
         i.idle_timeout = 300;
         i.proxy_protocol = Some(ProxyProtocol::V2);
         i.alpn = vec!["h2".into(), "http/1.1".into()];
+        i.client_ca_file = Some("/clients.pem".into());
+        i.client_auth = Some(ClientAuth::Optional);
+        i.client_crl_file = Some("/clients.crl".into());
         i.sni.push(SniSite {
             names: vec!["a.example".into()],
             cert_file: None,
@@ -469,6 +508,14 @@ mod tests {
         ] {
             assert!(one(bad).unwrap_err().contains(why), "{bad}");
         }
+        let m = &one("client_ca_file = \"/ca.pem\"\nclient_auth = \"optional\"")
+            .unwrap()
+            .instances[0];
+        assert_eq!(m.client_auth, Some(ClientAuth::Optional));
+        for bad in ["client_auth = \"required\"", "client_crl_file = \"/c.crl\""] {
+            assert!(one(bad).unwrap_err().contains("go with client_ca_file"));
+        }
+        assert!(one("client_ca_file = \"/ca.pem\"\nclient_auth = \"maybe\"").is_err());
         let long = format!("alpn = [\"{}\"]", "x".repeat(256));
         assert!(one(&long).unwrap_err().contains("not a protocol name"));
         let many: Vec<String> = (0..17).map(|i| format!("\"p{i}\"")).collect();

@@ -19,7 +19,7 @@ use crate::config::{Config, Instance};
 use crate::proxy_header;
 use crate::stats::{self, inc, Active};
 use crate::tickets::TicketSecret;
-use crate::tls::{suite_name, Decision, InstanceTls, Resumption};
+use crate::tls::{resumption_key, subject_cn, suite_name, Decision, InstanceTls, Resumption};
 use crate::token::{default_module, Module};
 use crate::Result;
 use rustls::server::Acceptor;
@@ -140,9 +140,10 @@ impl Proxy {
         let mut built = Vec::new();
         for inst in wanted {
             let key = (inst.address.clone(), inst.port);
+            let rkey = resumption_key(inst)?;
             let res = match self.running.get(&key) {
-                Some(r) if r.res.key == (inst.session_cache, inst.session_timeout) => r.res.clone(),
-                _ => Resumption::new(inst, &self.secret),
+                Some(r) if r.res.key == rkey => r.res.clone(),
+                _ => Resumption::new(inst, &self.secret)?,
             };
             let module = self.module.clone();
             let i2 = inst.clone();
@@ -424,6 +425,8 @@ async fn serve(
     let _ = backend.set_nodelay(true);
     if let Some(v) = inst.proxy_protocol {
         let conn = tls.get_ref().1;
+        let peer = conn.peer_certificates().and_then(|c| c.first());
+        let client_cn = peer.and_then(subject_cn);
         let cipher = conn
             .negotiated_cipher_suite()
             .map(|s| suite_name(&s).replacen("TLS13_", "TLS_", 1))
@@ -436,6 +439,14 @@ async fn serve(
             cipher: &cipher,
             alpn: conn.alpn_protocol(),
             sni: conn.server_name(),
+            client_cert: match (peer, conn.handshake_kind()) {
+                (None, _) => proxy_header::ClientCert::None,
+                (Some(_), Some(rustls::HandshakeKind::Resumed)) => {
+                    proxy_header::ClientCert::Session
+                }
+                (Some(_), _) => proxy_header::ClientCert::Connection,
+            },
+            client_cn: client_cn.as_deref(),
         };
         let head = proxy_header::header(v, addrs, Some(&facts));
         if backend.write_all(&head).await.is_err() {

@@ -10,10 +10,14 @@
 //!   destination port in network order. Type-length-value fields follow with what the TLS
 //!   handshake settled, as HAProxy's `send-proxy-v2-ssl` and hitch send them: the application
 //!   protocol chosen (`PP2_TYPE_ALPN`, where one was), the server name the client asked for
-//!   (`PP2_TYPE_AUTHORITY`, where it sent one), and `PP2_TYPE_SSL` with the client flag
-//!   `PP2_CLIENT_SSL`, a non-zero `verify` (no client certificate was asked for; the
-//!   specification keeps zero for a verified one), the version (`TLSv1.3`, `TLSv1.2`) and the
-//!   cipher suite (its IANA name) as sub-fields. Receivers skip the types they do not know.
+//!   (`PP2_TYPE_AUTHORITY`, where it sent one), and `PP2_TYPE_SSL` with the client flags,
+//!   the `verify` field, the version (`TLSv1.3`, `TLSv1.2`) and the cipher suite (its IANA
+//!   name) as sub-fields. The flags are `PP2_CLIENT_SSL`, and with a client certificate
+//!   `PP2_CLIENT_CERT_SESS`, and `PP2_CLIENT_CERT_CONN` when it was presented on this connection
+//!   (not in a session resumed); `verify` is 0 when the client's certificate was verified (the
+//!   proxy completes no handshake with a certificate that fails) and 1 without one, and the
+//!   certificate's subject common name follows as `PP2_SUBTYPE_SSL_CN`. Receivers skip the
+//!   types they do not know.
 //!
 //! An IPv4 client on a dual-stack listener (`::ffff:a.b.c.d`) is written as IPv4; when the two
 //! addresses are of different families after that, both are written as IPv6 (the IPv4 one
@@ -31,9 +35,24 @@ const PP2_TYPE_ALPN: u8 = 0x01;
 const PP2_TYPE_AUTHORITY: u8 = 0x02;
 const PP2_TYPE_SSL: u8 = 0x20;
 const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
 const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
-/// `PP2_TYPE_SSL`'s client flag: the connection was made over TLS.
+/// `PP2_TYPE_SSL`'s client flags: the connection was made over TLS; the client presented a
+/// certificate on this connection; it did in the TLS session of this connection.
 const PP2_CLIENT_SSL: u8 = 0x01;
+const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+const PP2_CLIENT_CERT_SESS: u8 = 0x04;
+
+/// The client's certificate, as far as the header tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCert {
+    /// None was presented.
+    None,
+    /// Presented and verified in this connection's handshake.
+    Connection,
+    /// Presented and verified when the session this connection resumed was made.
+    Session,
+}
 
 /// What the TLS handshake of a connection settled, for a version 2 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +65,9 @@ pub struct TlsFacts<'a> {
     pub alpn: Option<&'a [u8]>,
     /// The server name the client sent.
     pub sni: Option<&'a str>,
+    /// The client's certificate and its subject common name.
+    pub client_cert: ClientCert,
+    pub client_cn: Option<&'a str>,
 }
 
 /// Appends one type-length-value field.
@@ -64,9 +86,20 @@ fn tls_tlvs(facts: &TlsFacts) -> Vec<u8> {
     if let Some(name) = facts.sni {
         tlv(&mut out, PP2_TYPE_AUTHORITY, name.as_bytes());
     }
-    let mut ssl = vec![PP2_CLIENT_SSL];
-    ssl.extend_from_slice(&1u32.to_be_bytes());
+    let (flags, verify) = match facts.client_cert {
+        ClientCert::None => (PP2_CLIENT_SSL, 1u32),
+        ClientCert::Connection => (
+            PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS,
+            0,
+        ),
+        ClientCert::Session => (PP2_CLIENT_SSL | PP2_CLIENT_CERT_SESS, 0),
+    };
+    let mut ssl = vec![flags];
+    ssl.extend_from_slice(&verify.to_be_bytes());
     tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, facts.version.as_bytes());
+    if let (Some(cn), false) = (facts.client_cn, facts.client_cert == ClientCert::None) {
+        tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
+    }
     tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, facts.cipher.as_bytes());
     tlv(&mut out, PP2_TYPE_SSL, &ssl);
     out
@@ -209,6 +242,8 @@ mod tests {
         cipher: "TLS_AES_128_GCM_SHA256",
         alpn: Some(b"h2"),
         sni: Some("www.example.org"),
+        client_cert: ClientCert::None,
+        client_cn: None,
     };
 
     #[test]
@@ -238,6 +273,26 @@ mod tests {
         let h = header(ProxyProtocol::V2, addrs, Some(&bare));
         assert_eq!(h[28], 0x20);
         assert_eq!(h.len(), 28 + 3 + ssl_len);
+        // A client certificate: its flags, verify 0 and the common name after the version.
+        for (cert, flags) in [(ClientCert::Connection, 0x07), (ClientCert::Session, 0x05)] {
+            let with = TlsFacts {
+                alpn: None,
+                sni: None,
+                client_cert: cert,
+                client_cn: Some("client-7"),
+                ..FACTS
+            };
+            let h = header(ProxyProtocol::V2, addrs, Some(&with));
+            let mut ssl = vec![flags, 0, 0, 0, 0];
+            ssl.extend_from_slice(&[0x21, 0, 7]);
+            ssl.extend_from_slice(b"TLSv1.3");
+            ssl.extend_from_slice(&[0x22, 0, 8]);
+            ssl.extend_from_slice(b"client-7");
+            ssl.extend_from_slice(&[0x23, 0, 22]);
+            ssl.extend_from_slice(b"TLS_AES_128_GCM_SHA256");
+            assert_eq!(&h[28..31], &[0x20, 0, ssl.len() as u8]);
+            assert_eq!(&h[31..], &ssl[..]);
+        }
         // Version 1 has no room for them.
         assert_eq!(
             header(ProxyProtocol::V1, addrs, Some(&FACTS)),

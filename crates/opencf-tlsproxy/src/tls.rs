@@ -3,17 +3,18 @@
 //! serving a ClientHello and handing it to the fallback port.
 
 use crate::clienthello::Hello;
-use crate::config::{Instance, UnknownSni};
+use crate::config::{ClientAuth, Instance, UnknownSni};
 use crate::tickets::{TicketSecret, Tickets};
 use crate::token::{pin_for, KeyKind, Module, TokenKey};
 use crate::uri::Pkcs11Uri;
 use crate::Result;
 use rustls::crypto::ring as provider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
-use rustls::server::{ClientHello, ResolvesServerCert, StoresServerSessions};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
+use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -96,26 +97,104 @@ impl StoresServerSessions for SessionCache {
     }
 }
 
-/// Resumption state of an instance, kept across configuration reloads.
+/// What resumption state depends on: the cache's size and timeout, and the client certificate
+/// rules (a digest of `client_auth` and the contents of the CA and CRL files). A session made
+/// under other rules must not resume: one made before client certificates were required has
+/// none, and one made before a revocation list changed was checked against the old one.
+pub type ResumptionKey = (usize, u64, Option<[u8; 32]>);
+
+/// The resumption key of `inst` (reads its client CA and CRL files).
+pub fn resumption_key(inst: &Instance) -> Result<ResumptionKey> {
+    let rules = match &inst.client_ca_file {
+        None => None,
+        Some(ca) => {
+            let read = |f: &Path| std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()));
+            let mut h = openssl::sha::Sha256::new();
+            h.update(&[inst.client_auth.unwrap_or_default() as u8]);
+            for part in [
+                Some(read(ca)?),
+                inst.client_crl_file.as_deref().map(read).transpose()?,
+            ] {
+                let part = part.unwrap_or_default();
+                h.update(&(part.len() as u64).to_be_bytes());
+                h.update(&part);
+            }
+            Some(h.finish())
+        }
+    };
+    Ok((inst.session_cache, inst.session_timeout, rules))
+}
+
+/// Resumption state of an instance, kept across configuration reloads while its
+/// [`ResumptionKey`] stays the same.
 #[derive(Debug, Clone)]
 pub struct Resumption {
     pub cache: Arc<SessionCache>,
     pub ticketer: Arc<Tickets>,
-    pub key: (usize, u64),
+    pub key: ResumptionKey,
 }
 
 impl Resumption {
-    /// New state for `inst`; its ticket keys derive from `secret` (shared by the workers).
-    pub fn new(inst: &Instance, secret: &TicketSecret) -> Self {
-        Resumption {
+    /// New state for `inst`; its ticket keys derive from `secret` (shared by the workers), the
+    /// instance's name and its client certificate rules.
+    pub fn new(inst: &Instance, secret: &TicketSecret) -> Result<Self> {
+        let key = resumption_key(inst)?;
+        let mut context = inst.name();
+        if let Some(rules) = &key.2 {
+            context.push_str("\0client-auth\0");
+            context.extend(rules.iter().map(|b| format!("{b:02x}")));
+        }
+        Ok(Resumption {
             cache: Arc::new(SessionCache::new(
                 inst.session_cache,
                 Duration::from_secs(inst.session_timeout),
             )),
-            ticketer: Arc::new(Tickets::new(secret, &inst.name(), inst.session_timeout)),
-            key: (inst.session_cache, inst.session_timeout),
-        }
+            ticketer: Arc::new(Tickets::new(secret, &context, inst.session_timeout)),
+            key,
+        })
     }
+}
+
+/// The client certificate verifier of an instance with `client_ca_file` (mutual TLS): the
+/// file's certificates are the trust anchors; with `client_crl_file` every certificate of the
+/// client's chain below them must be covered by one of its lists and not revoked (as OpenSSL's
+/// `X509_V_FLAG_CRL_CHECK_ALL`, which nginx's `ssl_crl` sets); `client_auth = "optional"` lets a
+/// client present none.
+pub fn client_verifier(inst: &Instance) -> Result<Option<Arc<dyn ClientCertVerifier>>> {
+    let Some(ca) = &inst.client_ca_file else {
+        return Ok(None);
+    };
+    let mut roots = RootCertStore::empty();
+    for c in pem_certs(ca)? {
+        roots
+            .add(c)
+            .map_err(|e| format!("{}: not a CA certificate: {e}", ca.display()))?;
+    }
+    let mut b = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(provider::default_provider()),
+    );
+    if let Some(f) = &inst.client_crl_file {
+        let crls: Vec<CertificateRevocationListDer> =
+            pem_objects(f, "certificate revocation list")?;
+        b = b.with_crls(crls);
+    }
+    if inst.client_auth == Some(ClientAuth::Optional) {
+        b = b.allow_unauthenticated();
+    }
+    b.build()
+        .map(Some)
+        .map_err(|e| format!("client certificates: {e}"))
+}
+
+/// The subject common name of a certificate, where it has one.
+pub fn subject_cn(der: &CertificateDer<'_>) -> Option<String> {
+    let cert = openssl::x509::X509::from_der(der).ok()?;
+    let cn = cert
+        .subject_name()
+        .entries_by_nid(openssl::nid::Nid::COMMONNAME)
+        .next()?;
+    Some(String::from_utf8_lossy(cn.data().as_slice()).into_owned())
 }
 
 #[derive(Debug)]
@@ -168,16 +247,22 @@ pub fn select_suites(names: Option<&[String]>) -> Result<Vec<SupportedCipherSuit
     Ok(out)
 }
 
-/// The certificates of a PEM file, in order; at least one.
-fn pem_certs(f: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let certs: Vec<_> = CertificateDer::pem_file_iter(f)
+/// The objects of one kind in a PEM file (`what` names the kind in the error when there is
+/// none), in order; at least one.
+fn pem_objects<T: PemObject>(f: &Path, what: &str) -> Result<Vec<T>> {
+    let objects: Vec<T> = T::pem_file_iter(f)
         .map_err(|e| format!("{}: {e}", f.display()))?
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| format!("{}: {e}", f.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no certificate", f.display()));
+    if objects.is_empty() {
+        return Err(format!("{}: no {what}", f.display()));
     }
-    Ok(certs)
+    Ok(objects)
+}
+
+/// The certificates of a PEM file, in order; at least one.
+fn pem_certs(f: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    pem_objects(f, "certificate")
 }
 
 /// Where a site's certificate chain comes from: a PEM file (the chain, leaf first), or the
@@ -296,6 +381,7 @@ impl InstanceTls {
             versions.push(&rustls::version::TLS12);
         }
         let alpn: Vec<Vec<u8>> = inst.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let verifier = client_verifier(inst).map_err(|e| format!("instance {n}: {e}"))?;
         let pin_file = inst.pin_file.as_deref();
         let mut specs = vec![(
             Vec::new(),
@@ -342,11 +428,14 @@ impl InstanceTls {
                 .copied()
                 .collect();
             let ck = Arc::new(CertifiedKey::new(certs, Arc::new(key)));
-            let mut cfg = ServerConfig::builder_with_provider(Arc::new(p))
+            let builder = ServerConfig::builder_with_provider(Arc::new(p))
                 .with_protocol_versions(&versions)
-                .map_err(|e| ctx(e.to_string()))?
-                .with_no_client_auth()
-                .with_cert_resolver(Arc::new(OneCert(ck)));
+                .map_err(|e| ctx(e.to_string()))?;
+            let builder = match &verifier {
+                Some(v) => builder.with_client_cert_verifier(v.clone()),
+                None => builder.with_no_client_auth(),
+            };
+            let mut cfg = builder.with_cert_resolver(Arc::new(OneCert(ck)));
             cfg.ignore_client_order = true;
             cfg.alpn_protocols = alpn.clone();
             cfg.session_storage = res.cache.clone();
@@ -436,6 +525,41 @@ mod tests {
             .unwrap_err()
             .contains("known"));
         assert!(select_suites(None).unwrap().len() >= 9);
+    }
+
+    #[test]
+    fn resumption_key_follows_client_certificate_rules() {
+        let dir = std::env::temp_dir().join(format!("opencf-tls-rk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca, crl) = (dir.join("ca.pem"), dir.join("c.crl"));
+        std::fs::write(&ca, "one").unwrap();
+        std::fs::write(&crl, "list").unwrap();
+        let mut i = Instance::new(None, 1, 2, "pkcs11:object=k".into());
+        assert_eq!(resumption_key(&i).unwrap(), (5000, 86400, None));
+        i.client_ca_file = Some(ca.clone());
+        let required = resumption_key(&i).unwrap();
+        assert!(required.2.is_some());
+        assert_eq!(resumption_key(&i).unwrap(), required);
+        i.client_auth = Some(ClientAuth::Optional);
+        let optional = resumption_key(&i).unwrap();
+        assert_ne!(optional, required);
+        i.client_crl_file = Some(crl.clone());
+        let with_crl = resumption_key(&i).unwrap();
+        assert_ne!(with_crl, optional);
+        std::fs::write(&crl, "list 2").unwrap();
+        assert_ne!(resumption_key(&i).unwrap(), with_crl);
+        std::fs::write(&ca, "two").unwrap();
+        let other_ca = resumption_key(&i).unwrap();
+        assert_ne!(other_ca.2, with_crl.2);
+        std::fs::remove_file(&crl).unwrap();
+        assert!(resumption_key(&i).unwrap_err().contains("c.crl"));
+        // Not a certificate: the verifier says so.
+        i.client_crl_file = None;
+        assert!(client_verifier(&i)
+            .err()
+            .unwrap()
+            .contains("no certificate"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

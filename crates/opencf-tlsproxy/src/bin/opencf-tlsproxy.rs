@@ -58,7 +58,7 @@ fn check(path: &Path) -> Result<()> {
     let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
     let secret = TicketSecret::random()?;
     for i in &cfg.instances {
-        InstanceTls::build(&module, i, &Resumption::new(i, &secret))?;
+        InstanceTls::build(&module, i, &Resumption::new(i, &secret)?)?;
         println!("instance {}: ok", i.name());
     }
     Ok(())

@@ -2,10 +2,10 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use opencf_tlsproxy::config::{Config, Instance, ProxyProtocol};
+use opencf_tlsproxy::config::{ClientAuth, Config, Instance, ProxyProtocol};
 use opencf_tlsproxy::import::{load_pem, load_pkcs12};
 use opencf_tlsproxy::tickets::TicketSecret;
-use opencf_tlsproxy::tls::{select_suites, InstanceTls, Resumption};
+use opencf_tlsproxy::tls::{client_verifier, select_suites, InstanceTls, Resumption};
 use opencf_tlsproxy::token::{default_module, read_pin_file, Module};
 use opencf_tlsproxy::uri::Pkcs11Uri;
 use std::path::{Path, PathBuf};
@@ -98,6 +98,17 @@ enum Cmd {
         /// (e.g. h2,http/1.1).
         #[arg(long)]
         alpn: Option<String>,
+        /// PEM file of the CA certificates whose client certificates are accepted: clients
+        /// are asked for a certificate (mutual TLS).
+        #[arg(long, value_name = "FILE")]
+        client_ca: Option<PathBuf>,
+        /// With --client-ca: whether a client certificate is required (default) or optional.
+        #[arg(long, value_enum)]
+        client_auth: Option<ClientAuth>,
+        /// With --client-ca: PEM file of the certificate revocation lists of the client
+        /// certificates and their issuers.
+        #[arg(long, value_name = "FILE")]
+        client_crl: Option<PathBuf>,
         /// Disable session tickets.
         #[arg(long)]
         no_tickets: bool,
@@ -291,6 +302,9 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         idle_timeout,
         proxy_protocol,
         alpn,
+        client_ca,
+        client_auth,
+        client_crl,
         no_tickets,
         unknown_sni,
         start,
@@ -337,6 +351,9 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     if let Some(a) = alpn {
         inst.alpn = list_arg(&a);
     }
+    inst.client_ca_file = client_ca.as_deref().map(absolute).transpose()?;
+    inst.client_auth = client_auth;
+    inst.client_crl_file = client_crl.as_deref().map(absolute).transpose()?;
     if let Some(u) = unknown_sni {
         inst.unknown_sni = toml::Value::String(u.clone())
             .try_into()
@@ -360,6 +377,8 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     }
     cfg.instances.push(inst.clone());
     Config::parse(&toml::to_string(&cfg).map_err(|e| e.to_string())?)?;
+    // The client CA and CRL files too, before a key is imported.
+    client_verifier(&inst).map_err(|e| format!("instance {}: {e}", inst.name()))?;
     let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
     let mut wrote = None;
     match format {
@@ -386,7 +405,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     }
     // This instance's key and certificate must load.
     let checked = TicketSecret::random().and_then(|secret| {
-        let res = Resumption::new(&inst, &secret);
+        let res = Resumption::new(&inst, &secret)?;
         InstanceTls::build(&module, &inst, &res).map(|_| ())
     });
     if let Err(e) = checked {

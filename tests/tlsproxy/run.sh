@@ -51,7 +51,7 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 31
+pick_ports 32
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
@@ -59,6 +59,7 @@ P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE +
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
 P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
 P_AN=$((BASE + 26)); P_H2=$((BASE + 27)); P_MT=$((BASE + 28)); P_MO=$((BASE + 29)); P_MTB=$((BASE + 30))
+P_OC=$((BASE + 31))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -535,6 +536,60 @@ h_refused_ok() {
     grep -q "carries its own chain" <<<"$out"
 }
 check "-h with -f pem is refused (the PEM file carries the chain)" h_refused_ok
+
+# --- OCSP stapling (--ocsp) ---------------------------------------------------------------------
+# The intermediate answers for the leaf: a good response, a second good one made later (the
+# renewal), and one saying revoked.
+(
+    cd "$W"
+    serial=$(openssl x509 -in leaf.crt -noout -serial | cut -d= -f2)
+    printf 'V\t301231235959Z\t\t%s\tunknown\t/CN=localhost\n' "$serial" > ocsp-good.idx
+    printf 'R\t301231235959Z\t%s\t%s\tunknown\t/CN=localhost\n' "$(date -u +%y%m%d%H%M%SZ)" "$serial" > ocsp-revoked.idx
+    openssl ocsp -issuer inter.crt -cert leaf.crt -no_nonce -reqout ocsp.req
+    respond() { openssl ocsp -index "$1" -rsigner inter.crt -rkey inter.key -CA inter.crt -reqin ocsp.req -respout "$2" -ndays 1; }
+    respond ocsp-good.idx leaf.ocsp && respond ocsp-revoked.idx leaf-revoked.ocsp
+    sleep 1.1
+    respond ocsp-good.idx leaf-renewed.ocsp
+) > "$W/ocsp.log" 2>&1 || { sed 's/^/    /' "$W/ocsp.log"; fail "openssl could not make the OCSP responses"; }
+"${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C chained -h "$W/inter.crt" --ocsp "$W/leaf.ocsp" -p "$W/pin" \
+    -x "$HTTP" 127.0.0.1 "$P_OC" > "$W/create16.log" 2>&1
+wait_port "$P_OC" || { sed 's/^/    /' "$W/create16.log"; fail "OCSP instance did not start"; }
+this_update() { grep -m1 "This Update" <<<"$1" | sed 's/^ *This Update: *//'; }
+ocsp_ok() {
+    local out13 out12 none
+    out13=$(s_client "$P_OC" -status -tls1_3 -CAfile "$W/root.crt")
+    out12=$(s_client "$P_OC" -status -tls1_2 -CAfile "$W/root.crt")
+    none=$(s_client "$P_CH2" -status -tls1_3 -CAfile "$W/root.crt")
+    echo "    TLS 1.3: $(grep -m1 "OCSP Response Status" <<<"$out13" | sed 's/^ *//'), $(grep -m1 "Cert Status" <<<"$out13" | sed 's/^ *//'); without --ocsp: $(grep -m1 "OCSP response:" <<<"$none")"
+    for out in "$out13" "$out12"; do
+        grep -q "OCSP Response Status: successful" <<<"$out" && grep -q "Cert Status: good" <<<"$out" \
+            && grep -q "Verify return code: 0 (ok)" <<<"$out" || return 1
+    done
+    grep -q "OCSP response: no response sent" <<<"$none"
+}
+check "--ocsp: the response is stapled over TLS 1.3 and 1.2 (s_client -status: successful, good); none without it" ocsp_ok
+ocsp_renew_ok() { # a renewed response in the file and SIGHUP: the next handshake staples it
+    local before after
+    before=$(this_update "$(s_client "$P_OC" -status -CAfile "$W/root.crt")")
+    cp "$W/leaf-renewed.ocsp" "$W/leaf.ocsp"
+    reload_wait kill -HUP "$(cat "$W/tlsproxy.pid")" || return 1
+    after=$(this_update "$(s_client "$P_OC" -status -CAfile "$W/root.crt")")
+    echo "    This Update before: $before; after the reload: $after"
+    [ -n "$before" ] && [ -n "$after" ] && [ "$before" != "$after" ]
+}
+check "--ocsp: a renewed response replaced in the file is stapled after SIGHUP" ocsp_renew_ok
+ocsp_refused_ok() { # a response saying revoked, and a file that is no OCSP response
+    local out1 out2
+    cat "$W/leaf.key" "$W/leaf.crt" "$W/inter.crt" > "$W/leafchain.pem"
+    out1=$("${CFG[@]}" create -f pem -i "$W/leafchain.pem" -C ocsp-refused --ocsp "$W/leaf-revoked.ocsp" -p "$W/pin" \
+        -x "$HTTP" 127.0.0.1 "$P_CH3" 2>&1) && return 1
+    out2=$("${CFG[@]}" create -f pkcs11 -T "OpenCF Metaslot" -C chained -h "$W/inter.crt" --ocsp "$W/leaf.crt" \
+        -p "$W/pin" -x "$HTTP" 127.0.0.1 "$P_CH3" 2>&1) && return 1
+    echo "    $out1"; echo "    $out2"
+    grep -q "says the certificate is revoked" <<<"$out1" && grep -q "not a DER OCSP response" <<<"$out2" \
+        && ! pkcs11-tool --module "$MOD" --login --pin 'tls pin' --list-objects 2>/dev/null | grep -q ocsp-refused
+}
+check "--ocsp with a response saying revoked, or with a file that is none: refused, no key imported" ocsp_refused_ok
 
 # --- worker processes ---------------------------------------------------------------------------
 workers_start_ok() {

@@ -26,6 +26,7 @@
 //! pin_file = "/etc/opencf/tlsproxy.pin"
 //! cert_file = "/etc/opencf/tlsproxy/8443.pem"      # or cert_uri = "pkcs11:…;type=cert"
 //! # chain_file = "/etc/opencf/ca-chain.pem"       # with cert_uri: CA certificates sent after it
+//! # ocsp_file = "/etc/opencf/8443.ocsp"            # optional: OCSP response stapled (DER)
 //! key_uri = "pkcs11:token=OpenCF%20Metaslot;object=web;type=private"
 //!
 //! [[instance.sni]]
@@ -227,6 +228,10 @@ pub struct Instance {
     /// With `cert_uri`: a PEM file of the CA certificates sent after the token's leaf.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_file: Option<PathBuf>,
+    /// An OCSP response for the certificate (DER), stapled for clients that ask for it; read
+    /// again at each reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocsp_file: Option<PathBuf>,
     pub key_uri: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sni: Vec<SniSite>,
@@ -242,6 +247,8 @@ pub struct SniSite {
     pub cert_uri: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocsp_file: Option<PathBuf>,
     pub key_uri: String,
 }
 
@@ -269,6 +276,7 @@ impl Instance {
             cert_file: None,
             cert_uri: None,
             chain_file: None,
+            ocsp_file: None,
             key_uri,
             sni: Vec::new(),
         }
@@ -448,6 +456,7 @@ mod tests {
             cert_file: None,
             cert_uri: Some("pkcs11:object=a;type=cert".into()),
             chain_file: Some("/ca.pem".into()),
+            ocsp_file: Some("/a.ocsp".into()),
             key_uri: "pkcs11:object=a".into(),
         });
         c.instances.push(i.clone());

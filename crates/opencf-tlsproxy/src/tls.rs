@@ -266,11 +266,63 @@ fn pem_certs(f: &Path) -> Result<Vec<CertificateDer<'static>>> {
 }
 
 /// Where a site's certificate chain comes from: a PEM file (the chain, leaf first), or the
-/// leaf in the token followed by the CA certificates of `chain` (`chain_file`).
+/// leaf in the token followed by the CA certificates of `chain` (`chain_file`); and the OCSP
+/// response stapled with it (`ocsp_file`).
 struct CertSource<'a> {
     file: Option<&'a Path>,
     uri: Option<&'a str>,
     chain: Option<&'a Path>,
+    ocsp: Option<&'a Path>,
+}
+
+/// Reads an OCSP response (DER) to staple with `certs` (leaf first). It must be a successful
+/// response; where the chain holds the leaf's issuer, it must answer for the leaf (a SHA-1 or
+/// SHA-256 certificate ID), say `good` and be current (`thisUpdate` not ahead by more than
+/// 5 minutes, `nextUpdate`, where given, not past). Its signature is the client's to check.
+pub fn load_ocsp(f: &Path, certs: &[CertificateDer<'_>]) -> Result<Vec<u8>> {
+    use openssl::hash::MessageDigest;
+    use openssl::ocsp::{OcspCertId, OcspCertStatus, OcspResponse, OcspResponseStatus};
+    use openssl::x509::X509;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", f.display());
+    let der = std::fs::read(f).map_err(|e| at(&e))?;
+    let resp = OcspResponse::from_der(&der).map_err(|_| at(&"not a DER OCSP response"))?;
+    if resp.status() != OcspResponseStatus::SUCCESSFUL {
+        return Err(at(&format!(
+            "the OCSP response is not successful (status {})",
+            resp.status().as_raw()
+        )));
+    }
+    let basic = resp.basic().map_err(|e| at(&e))?;
+    let (Some(leaf), Some(issuer)) = (certs.first(), certs.get(1)) else {
+        return Ok(der);
+    };
+    let leaf = X509::from_der(leaf).map_err(|e| at(&e))?;
+    let issuer = X509::from_der(issuer).map_err(|e| at(&e))?;
+    let status = [MessageDigest::sha1(), MessageDigest::sha256()]
+        .into_iter()
+        .filter_map(|md| OcspCertId::from_cert(md, &leaf, &issuer).ok())
+        .find_map(|id| {
+            basic
+                .find_status(&id)
+                .map(|s| (s.status, s.check_validity(300, None).is_ok()))
+        });
+    match status {
+        None => Err(at(
+            &"the OCSP response does not answer for this certificate",
+        )),
+        Some((s, _)) if s != OcspCertStatus::GOOD => Err(at(&format!(
+            "the OCSP response says the certificate is {}",
+            if s == OcspCertStatus::REVOKED {
+                "revoked"
+            } else {
+                "unknown"
+            }
+        ))),
+        Some((_, false)) => Err(at(
+            &"the OCSP response is out of date (nextUpdate has passed)",
+        )),
+        Some(_) => Ok(der),
+    }
 }
 
 fn load_certs(
@@ -389,6 +441,7 @@ impl InstanceTls {
                 file: inst.cert_file.as_deref(),
                 uri: inst.cert_uri.as_deref(),
                 chain: inst.chain_file.as_deref(),
+                ocsp: inst.ocsp_file.as_deref(),
             },
             inst.key_uri.as_str(),
         )];
@@ -404,6 +457,7 @@ impl InstanceTls {
                     file: s.cert_file.as_deref(),
                     uri: s.cert_uri.as_deref(),
                     chain: s.chain_file.as_deref(),
+                    ocsp: s.ocsp_file.as_deref(),
                 },
                 s.key_uri.as_str(),
             ));
@@ -427,7 +481,14 @@ impl InstanceTls {
                 .filter(|s| s.usable_for_signature_algorithm(alg))
                 .copied()
                 .collect();
-            let ck = Arc::new(CertifiedKey::new(certs, Arc::new(key)));
+            let ocsp = source
+                .ocsp
+                .map(|f| load_ocsp(f, &certs))
+                .transpose()
+                .map_err(ctx)?;
+            let mut ck = CertifiedKey::new(certs, Arc::new(key));
+            ck.ocsp = ocsp;
+            let ck = Arc::new(ck);
             let builder = ServerConfig::builder_with_provider(Arc::new(p))
                 .with_protocol_versions(&versions)
                 .map_err(|e| ctx(e.to_string()))?;

@@ -5,9 +5,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use opencf_tlsproxy::config::{ClientAuth, Config, Instance, ProxyProtocol};
 use opencf_tlsproxy::import::{load_pem, load_pkcs12};
 use opencf_tlsproxy::tickets::TicketSecret;
-use opencf_tlsproxy::tls::{client_verifier, select_suites, InstanceTls, Resumption};
+use opencf_tlsproxy::tls::{client_verifier, load_ocsp, select_suites, InstanceTls, Resumption};
 use opencf_tlsproxy::token::{default_module, read_pin_file, Module};
 use opencf_tlsproxy::uri::Pkcs11Uri;
+use rustls::pki_types::CertificateDer;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -109,6 +110,10 @@ enum Cmd {
         /// certificates and their issuers.
         #[arg(long, value_name = "FILE")]
         client_crl: Option<PathBuf>,
+        /// DER file of an OCSP response for the certificate, stapled for clients that ask
+        /// (replace the file and reload to renew it).
+        #[arg(long, value_name = "FILE")]
+        ocsp: Option<PathBuf>,
         /// Disable session tickets.
         #[arg(long)]
         no_tickets: bool,
@@ -305,6 +310,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         client_ca,
         client_auth,
         client_crl,
+        ocsp,
         no_tickets,
         unknown_sni,
         start,
@@ -354,6 +360,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     inst.client_ca_file = client_ca.as_deref().map(absolute).transpose()?;
     inst.client_auth = client_auth;
     inst.client_crl_file = client_crl.as_deref().map(absolute).transpose()?;
+    inst.ocsp_file = ocsp.as_deref().map(absolute).transpose()?;
     if let Some(u) = unknown_sni {
         inst.unknown_sni = toml::Value::String(u.clone())
             .try_into()
@@ -394,6 +401,16 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
                 Format::Pem => load_pem(&input, pass.as_deref())?,
                 _ => load_pkcs12(&input, pass.as_deref())?,
             };
+            // The OCSP response must answer for this chain before its key is imported.
+            if let Some(f) = &inst.ocsp_file {
+                let certs = kc
+                    .chain
+                    .iter()
+                    .map(|c| c.to_der().map(CertificateDer::from))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                load_ocsp(f, &certs)?;
+            }
             let dir = chain_path.parent().expect("a file in a directory");
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             kc.import(&module, Some(&token), pin.clone(), &label)?;

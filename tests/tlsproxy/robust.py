@@ -40,6 +40,13 @@
                                     first one's session must be resumed (RESUMES "yes", the
                                     header then saying the certificate came with the session),
                                     or ("refused") must not resume and be refused, within 5 s
+  robust.py drain PORT CAFILE PID SECONDS close|hold
+                                    a graceful stop (SIGQUIT to PID, a daemon in front of the
+                                    echo service with drain_timeout = SECONDS): the port closes
+                                    at once while two open connections keep echoing; one is
+                                    closed, then the other ("close": the daemon must exit within
+                                    1 s of it) or kept ("hold": the daemon must exit about
+                                    SECONDS after the signal, ending it)
   robust.py idletimeout PORT CAFILE SECONDS
                                     with idle_timeout = SECONDS in front of the echo service: an
                                     idle connection is closed cleanly after SECONDS (not much
@@ -649,6 +656,59 @@ def clientcert(port, cafile, back_port, cert, key, cn, resumes, cmd):
     return ok
 
 
+def gone(pid):
+    """Whether process PID has exited (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def drain(port, cafile, pid, seconds, mode):
+    """A graceful stop, seen from two clients and a newcomer."""
+    import signal
+
+    a, b = tls_to(port, cafile), tls_to(port, cafile)
+    ok = echoes(a) and echoes(b)
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGQUIT)
+    refused_after = None
+    while time.monotonic() - t0 < 3:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            time.sleep(0.05)
+        except OSError:
+            refused_after = time.monotonic() - t0
+            break
+    both_echo = echoes(a, b"still\n") and echoes(b, b"still\n")
+    a.close()
+    time.sleep(0.5)
+    alive_with_one = not gone(pid)
+    still = echoes(b, b"again\n")
+    if mode == "close":
+        b.close()
+        t_close = time.monotonic()
+    while not gone(pid) and time.monotonic() - t0 < seconds + 10:
+        time.sleep(0.02)
+    exited_after = time.monotonic() - t0
+    print(f"drain ({mode}): new connections refused after "
+          f"{refused_after if refused_after is None else round(refused_after, 2)} s; "
+          f"open ones still echo: {both_echo}; the daemon alive with one open: {alive_with_one}, "
+          f"which still echoes: {still}; exited {exited_after:.2f} s after SIGQUIT")
+    ok = ok and refused_after is not None and refused_after < 1.5 and both_echo
+    ok = ok and alive_with_one and still and gone(pid)
+    if mode == "close":
+        ok = ok and time.monotonic() - t_close < 10 and exited_after - (t_close - t0) < 1.0
+    else:
+        ended, _ = end_of(b)
+        print(f"drain (hold): the connection kept open ended by {ended}")
+        ok = ok and seconds - 0.5 <= exited_after <= seconds + 3
+        ok = ok and ended in ("close_notify", "FIN", "reset")
+        b.close()
+    return ok
+
+
 def idletimeout(port, cafile, seconds):
     """An idle relay is closed after `seconds`; one kept busy is not."""
     idle, busy = tls_to(port, cafile), tls_to(port, cafile)
@@ -699,6 +759,9 @@ def main():
     elif cmd == "clientcert":
         a = sys.argv
         ok = clientcert(int(a[2]), a[3], int(a[4]), a[5], a[6], a[7], a[8], a[9:])
+    elif cmd == "drain":
+        a = sys.argv
+        ok = drain(int(a[2]), a[3], int(a[4]), float(a[5]), a[6])
     elif cmd == "idletimeout":
         ok = idletimeout(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:

@@ -51,7 +51,7 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 32
+pick_ports 34
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
@@ -59,7 +59,7 @@ P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE +
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
 P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
 P_AN=$((BASE + 26)); P_H2=$((BASE + 27)); P_MT=$((BASE + 28)); P_MO=$((BASE + 29)); P_MTB=$((BASE + 30))
-P_OC=$((BASE + 31))
+P_OC=$((BASE + 31)); P_GQ=$((BASE + 32)); P_GW=$((BASE + 33))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -690,6 +690,22 @@ workers_bad_ok() { # a worker that cannot start: the daemon exits non-zero, the 
     grep -q "between 1 and 64" <<<"$out"
 }
 check "--workers 2 with a missing key: exits non-zero with the worker's error; --workers 65 refused" workers_bad_ok
+
+# --- graceful stop (SIGQUIT) ---------------------------------------------------------------------
+# Daemons of their own in front of the echo service with drain_timeout = 3: one process, whose
+# last connection ends before the timeout, and a supervisor with two workers, whose connection
+# stays open until the timeout ends it.
+graceful_ok() { # STEM PORT WORKERS close|hold
+    { printf 'module = "%s"\nworkers = %s\ndrain_timeout = 3\n' "$MOD" "$3"; instance_toml "$2" ec "$P_ECHO"; } > "$W/$1.toml"
+    start_daemon "$1" "$2" || return 1
+    python3 "$HERE/robust.py" drain "$2" "$W/ec.crt" "$(cat "$W/$1.pid")" 3 "$4" || return 1
+    grep "gracefully\|every connection\|drain_timeout" "$W/$1.log" | sed 's/^/    /'
+    [ ! -e "$W/$1.pid" ]
+}
+check "SIGQUIT: new connections refused at once, open ones served until they end; then the daemon exits (pid file removed)" \
+    graceful_ok graceful "$P_GQ" 1 close
+check "SIGQUIT to a supervisor with 2 workers: the same, and a connection left open is ended at drain_timeout (3 s)" \
+    graceful_ok graceful-w "$P_GW" 2 hold
 
 # --- the accelerator provider behind the proxy ------------------------------------------------
 # A daemon of its own whose libopencf.so has libopencf_accel.so beside it (the built-in default

@@ -4,6 +4,7 @@
 //! module = "/usr/lib/opencf/libopencf.so"   # optional
 //! workers = 2                  # optional: worker processes (default 1)
 //! max_offloaded_signatures = 256  # optional: slow tokens' signatures at once, per process
+//! drain_timeout = 60           # optional: seconds a graceful stop (SIGQUIT) waits for connections
 //!
 //! [[instance]]
 //! address = "127.0.0.1"        # optional; all addresses when absent
@@ -52,9 +53,18 @@ pub struct Config {
     /// (1..=[`MAX_OFFLOADED_SIGNATURES`]); default [`crate::token::DEFAULT_MAX_OFFLOADED_SIGNATURES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_offloaded_signatures: Option<usize>,
+    /// Seconds a graceful stop (`SIGQUIT`) waits for open connections to end (0..=[`MAX_DRAIN_TIMEOUT`]);
+    /// default [`DEFAULT_DRAIN_TIMEOUT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<u64>,
     #[serde(default, rename = "instance")]
     pub instances: Vec<Instance>,
 }
+
+/// How long a graceful stop waits for open connections by default, in seconds.
+pub const DEFAULT_DRAIN_TIMEOUT: u64 = 60;
+/// The longest `drain_timeout` (a day).
+pub const MAX_DRAIN_TIMEOUT: u64 = 86400;
 
 /// The most worker processes a daemon may run.
 pub const MAX_WORKERS: usize = 64;
@@ -397,6 +407,11 @@ impl Config {
                 ));
             }
         }
+        if let Some(t) = c.drain_timeout.filter(|t| *t > MAX_DRAIN_TIMEOUT) {
+            return Err(format!(
+                "drain_timeout = {t}: at most {MAX_DRAIN_TIMEOUT} seconds"
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for i in &c.instances {
             i.check()?;
@@ -547,6 +562,14 @@ mod tests {
             );
         }
         assert_eq!(Config::parse("").unwrap().workers, None);
+        assert_eq!(
+            Config::parse("drain_timeout = 0").unwrap().drain_timeout,
+            Some(0)
+        );
+        assert!(Config::parse("drain_timeout = 86401")
+            .unwrap_err()
+            .contains("at most 86400"));
+        assert!(Config::parse("drain_timeout = -1").is_err());
         for bad in ["workers = 0", "workers = 65"] {
             assert!(Config::parse(bad).unwrap_err().contains("between 1 and 64"));
         }

@@ -15,7 +15,7 @@
 //! bound with `SO_REUSEPORT`, so that the kernel spreads new connections over the workers.
 
 use crate::clienthello::{peek, Peek, MAX_HELLO};
-use crate::config::{Config, Instance};
+use crate::config::{Config, Instance, DEFAULT_DRAIN_TIMEOUT};
 use crate::proxy_header;
 use crate::stats::{self, inc, Active};
 use crate::tickets::TicketSecret;
@@ -63,6 +63,8 @@ pub struct Proxy {
     running: HashMap<(Option<String>, u16), Running>,
     reuseport: bool,
     secret: TicketSecret,
+    /// `drain_timeout` of the file last applied.
+    drain_timeout: Duration,
 }
 
 /// How a process runs the instances.
@@ -111,6 +113,7 @@ impl Proxy {
             running: HashMap::new(),
             reuseport: opts.reuseport,
             secret: opts.secret.clone(),
+            drain_timeout: Duration::from_secs(DEFAULT_DRAIN_TIMEOUT),
         })
     }
 
@@ -196,6 +199,8 @@ impl Proxy {
                 r.task.abort();
             }
         }
+        self.drain_timeout =
+            Duration::from_secs(cfg.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT));
         crate::token::set_max_offloaded_signatures(
             cfg.max_offloaded_signatures
                 .unwrap_or(crate::token::DEFAULT_MAX_OFFLOADED_SIGNATURES),
@@ -523,6 +528,44 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     }
 }
 
+impl Proxy {
+    /// A graceful stop: the listeners close at once (new connections are refused), and the
+    /// connections open go on until they end or `drain_timeout` passes, or `stop` (a second
+    /// signal) says to stop now.
+    async fn drain(&mut self, sig: &mut Signals) {
+        for (_, r) in self.running.drain() {
+            r.task.abort();
+        }
+        let active = stats::get().active;
+        let deadline = Instant::now() + self.drain_timeout;
+        crate::log_line!(
+            "stopping gracefully: listeners closed; waiting up to {} s for the open connections ({})",
+            self.drain_timeout.as_secs(),
+            active.load(Relaxed)
+        );
+        loop {
+            let open = active.load(Relaxed);
+            if open == 0 {
+                crate::log_line!("every connection ended; stopping");
+                return;
+            }
+            if Instant::now() >= deadline {
+                crate::log_line!("drain_timeout passed; stopping (open connections: {open})");
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = sig.term.recv() => break,
+                _ = sig.int.recv() => break,
+            }
+        }
+        crate::log_line!(
+            "stopped during the drain (open connections dropped: {})",
+            active.load(Relaxed)
+        );
+    }
+}
+
 /// Writes the pid file (atomically) and removes it when dropped.
 pub struct PidFile(PathBuf);
 
@@ -542,10 +585,11 @@ impl Drop for PidFile {
     }
 }
 
-/// Runs the instances until SIGTERM or SIGINT; SIGHUP reloads the file. `ready` is called
-/// once every instance listens (it writes the pid file, or tells the supervisor).
+/// Runs the instances until SIGTERM or SIGINT, or SIGQUIT and the drain of the connections
+/// open; SIGHUP reloads the file. `ready` is called once every instance listens (it writes the
+/// pid file, or tells the supervisor).
 pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Result<()> {
-    let (mut hup, mut term, mut int) = stop_signals()?;
+    let mut sig = stop_signals()?;
     let path = opts.config;
     let cfg = Config::load(path)?;
     let mut proxy = Proxy::new(&cfg, &opts)?;
@@ -556,7 +600,7 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
     ready()?;
     loop {
         tokio::select! {
-            _ = hup.recv() => {
+            _ = sig.hup.recv() => {
                 let r = match Config::load(path) {
                     Ok(c) => proxy.apply(&c).await,
                     Err(e) => Err(e),
@@ -568,24 +612,34 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
                     Err(e) => crate::log_line!("reload failed, nothing changed: {e}"),
                 }
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = sig.term.recv() => break,
+            _ = sig.int.recv() => break,
+            _ = sig.quit.recv() => {
+                proxy.drain(&mut sig).await;
+                break;
+            }
         }
     }
     Ok(())
 }
 
-/// Handlers for SIGHUP, SIGTERM and SIGINT (installed before anything else starts).
-pub fn stop_signals() -> Result<(
-    tokio::signal::unix::Signal,
-    tokio::signal::unix::Signal,
-    tokio::signal::unix::Signal,
-)> {
+/// The signals a daemon process handles: `SIGHUP` reloads, `SIGTERM` and `SIGINT` stop at
+/// once, `SIGQUIT` stops gracefully.
+pub struct Signals {
+    pub hup: tokio::signal::unix::Signal,
+    pub term: tokio::signal::unix::Signal,
+    pub int: tokio::signal::unix::Signal,
+    pub quit: tokio::signal::unix::Signal,
+}
+
+/// Installs the handlers of [`Signals`] (before anything else starts).
+pub fn stop_signals() -> Result<Signals> {
     use tokio::signal::unix::{signal, SignalKind};
     let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
-    Ok((
-        sig(SignalKind::hangup())?,
-        sig(SignalKind::terminate())?,
-        sig(SignalKind::interrupt())?,
-    ))
+    Ok(Signals {
+        hup: sig(SignalKind::hangup())?,
+        term: sig(SignalKind::terminate())?,
+        int: sig(SignalKind::interrupt())?,
+        quit: sig(SignalKind::quit())?,
+    })
 }

@@ -16,8 +16,8 @@
 //! and exit with an error. Worker 0 starts first and the others once it is ready, so that
 //! such an error is reported once.
 
-use crate::config::{Config, Instance};
-use crate::proxy::{stop_signals, PidFile};
+use crate::config::{Config, Instance, DEFAULT_DRAIN_TIMEOUT};
+use crate::proxy::{stop_signals, PidFile, Signals};
 use crate::tickets::{TicketSecret, SECRET_LEN};
 use crate::{set_log_name, Result};
 use rustix::process::{kill_process, Pid, Signal};
@@ -256,6 +256,26 @@ impl Supervisor {
     }
 
     /// `SIGTERM` to every worker, then waits for them (`SIGKILL` after [`STOP_WAIT`]).
+    /// A graceful stop: every worker gets `SIGQUIT` and drains its connections; the supervisor
+    /// waits for them (`drain` and [`STOP_WAIT`] more), restarting none, then stops those left
+    /// as [`Supervisor::stop`] does. `SIGTERM` or `SIGINT` meanwhile stops them at once.
+    async fn drain(&mut self, drain: Duration, sig: &mut Signals) {
+        self.signal_all(Signal::QUIT);
+        let deadline = Instant::now() + drain + STOP_WAIT;
+        while self.slots.iter().any(|s| s.pid.is_some()) {
+            tokio::select! {
+                ev = timeout_at(deadline, self.rx.recv()) => match ev {
+                    Ok(Some(ev)) => {
+                        self.event(ev);
+                    }
+                    _ => break,
+                },
+                _ = sig.term.recv() => break,
+                _ = sig.int.recv() => break,
+            }
+        }
+    }
+
     async fn stop(&mut self) {
         self.signal_all(Signal::TERM);
         let mut deadline = Instant::now() + STOP_WAIT;
@@ -302,9 +322,9 @@ pub struct SuperviseOptions<'a> {
     pub from_file: bool,
 }
 
-/// Runs the supervisor until `SIGTERM`/`SIGINT`.
+/// Runs the supervisor until `SIGTERM`/`SIGINT`, or `SIGQUIT` and the workers' drain.
 pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
-    let (mut hup, mut term, mut int) = stop_signals()?;
+    let mut sig = stop_signals()?;
     probe_listeners(&Config::load(o.config)?, o.only.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
     let mut args: Vec<OsString> = vec!["--config".into(), o.config.into()];
@@ -337,8 +357,8 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
     };
     let started = tokio::select! {
         r = sup.start_all() => r,
-        _ = term.recv() => Err("stopped during start-up".into()),
-        _ = int.recv() => Err("stopped during start-up".into()),
+        _ = sig.term.recv() => Err("stopped during start-up".into()),
+        _ = sig.int.recv() => Err("stopped during start-up".into()),
     };
     if let Err(e) = started {
         sup.stop().await;
@@ -350,7 +370,7 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
         let next = sup.slots.iter().filter_map(|s| s.restart_at).min();
         let far = Instant::now() + Duration::from_secs(3600);
         tokio::select! {
-            _ = hup.recv() => {
+            _ = sig.hup.recv() => {
                 sup.signal_all(Signal::HUP);
                 if o.from_file {
                     let n = Config::load(o.config).ok().and_then(|c| c.workers).unwrap_or(1);
@@ -359,8 +379,16 @@ pub async fn supervise(o: SuperviseOptions<'_>) -> Result<()> {
                     }
                 }
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = sig.term.recv() => break,
+            _ = sig.int.recv() => break,
+            _ = sig.quit.recv() => {
+                let drain = Config::load(o.config)
+                    .ok()
+                    .and_then(|c| c.drain_timeout)
+                    .unwrap_or(DEFAULT_DRAIN_TIMEOUT);
+                sup.drain(Duration::from_secs(drain), &mut sig).await;
+                break;
+            }
             Some(ev) = sup.rx.recv() => {
                 if let Some((i, pid, st)) = sup.event(ev) {
                     sup.schedule_restart(i, pid, &st);

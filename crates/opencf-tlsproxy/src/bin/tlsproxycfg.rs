@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use opencf_tlsproxy::config::{ClientAuth, Config, Instance, ProxyProtocol};
+use opencf_tlsproxy::config::{ClientAuth, Config, Instance, ProxyProtocol, DEFAULT_DRAIN_TIMEOUT};
 use opencf_tlsproxy::import::{load_pem, load_pkcs12};
 use opencf_tlsproxy::tickets::TicketSecret;
 use opencf_tlsproxy::tls::{client_verifier, load_ocsp, select_suites, InstanceTls, Resumption};
@@ -141,7 +141,12 @@ enum Cmd {
     /// Start the daemon for every instance (where systemd does not manage it).
     Start,
     /// Stop the daemon started with --start or start.
-    Stop,
+    Stop {
+        /// Stop gracefully (SIGQUIT): new connections are refused and the open ones may end,
+        /// for up to drain_timeout, before the daemon exits.
+        #[arg(long)]
+        graceful: bool,
+    },
 }
 
 fn target(t: &[String]) -> Result<(Option<String>, u16), String> {
@@ -275,11 +280,24 @@ impl Ctx {
         Err("daemon did not start within 30 s".into())
     }
 
-    fn stop(&self) -> Result<(), String> {
+    fn stop(&self, graceful: bool) -> Result<(), String> {
+        use rustix::process::Signal;
+        let wait = if graceful {
+            let cfg = Config::load(&self.config)?;
+            Duration::from_secs(cfg.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT) + 10)
+        } else {
+            Duration::from_secs(10)
+        };
         let pid = self
-            .signal(rustix::process::Signal::TERM)
+            .signal(if graceful { Signal::QUIT } else { Signal::TERM })
             .ok_or("no daemon running")?;
-        let until = Instant::now() + Duration::from_secs(10);
+        if graceful {
+            say!(
+                "tlsproxycfg: daemon {pid} stopping gracefully (up to {} s)",
+                wait.as_secs()
+            );
+        }
+        let until = Instant::now() + wait;
         while Instant::now() < until && Path::new(&format!("/proc/{pid}")).exists() {
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -536,7 +554,7 @@ fn main() -> ExitCode {
         Cmd::Delete { target } => delete(&ctx, &target),
         Cmd::List => list(&ctx),
         Cmd::Start => ctx.start(),
-        Cmd::Stop => ctx.stop(),
+        Cmd::Stop { graceful } => ctx.stop(graceful),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

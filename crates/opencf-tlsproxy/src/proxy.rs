@@ -530,8 +530,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 
 impl Proxy {
     /// A graceful stop: the listeners close at once (new connections are refused), and the
-    /// connections open go on until they end or `drain_timeout` passes, or `stop` (a second
-    /// signal) says to stop now.
+    /// connections open go on until they end, `drain_timeout` passes, or `SIGTERM` or `SIGINT`
+    /// says to stop now.
     async fn drain(&mut self, sig: &mut Signals) {
         for (_, r) in self.running.drain() {
             r.task.abort();

@@ -43,6 +43,9 @@ const PP2_CLIENT_SSL: u8 = 0x01;
 const PP2_CLIENT_CERT_CONN: u8 = 0x02;
 const PP2_CLIENT_CERT_SESS: u8 = 0x04;
 
+/// The longest client certificate common name sent (X.509's upper bound is 64 characters).
+const MAX_CN: usize = 1024;
+
 /// The client's certificate, as far as the header tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientCert {
@@ -97,7 +100,10 @@ fn tls_tlvs(facts: &TlsFacts) -> Vec<u8> {
     let mut ssl = vec![flags];
     ssl.extend_from_slice(&verify.to_be_bytes());
     tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, facts.version.as_bytes());
-    if let (Some(cn), false) = (facts.client_cn, facts.client_cert == ClientCert::None) {
+    // A common name longer than X.509's upper bound many times over is left out rather than
+    // cut (the field lengths are 16 bits).
+    let cn = facts.client_cn.filter(|cn| cn.len() <= MAX_CN);
+    if let (Some(cn), false) = (cn, facts.client_cert == ClientCert::None) {
         tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
     }
     tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, facts.cipher.as_bytes());
@@ -293,6 +299,15 @@ mod tests {
             assert_eq!(&h[28..31], &[0x20, 0, ssl.len() as u8]);
             assert_eq!(&h[31..], &ssl[..]);
         }
+        // An oversized common name is left out.
+        let long = "x".repeat(MAX_CN + 1);
+        let with = TlsFacts {
+            client_cert: ClientCert::Connection,
+            client_cn: Some(&long),
+            ..bare
+        };
+        let h = header(ProxyProtocol::V2, addrs, Some(&with));
+        assert_eq!(h.len(), 28 + 3 + ssl_len);
         // Version 1 has no room for them.
         assert_eq!(
             header(ProxyProtocol::V1, addrs, Some(&FACTS)),

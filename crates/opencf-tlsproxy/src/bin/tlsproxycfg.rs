@@ -301,6 +301,12 @@ impl Ctx {
         while Instant::now() < until && Path::new(&format!("/proc/{pid}")).exists() {
             std::thread::sleep(Duration::from_millis(50));
         }
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(format!(
+                "daemon {pid} still running after {} s",
+                wait.as_secs()
+            ));
+        }
         say!("tlsproxycfg: daemon {pid} stopped");
         Ok(())
     }

@@ -590,6 +590,17 @@ ocsp_refused_ok() { # a response saying revoked, and a file that is no OCSP resp
         && ! pkcs11-tool --module "$MOD" --login --pin 'tls pin' --list-objects 2>/dev/null | grep -q ocsp-refused
 }
 check "--ocsp with a response saying revoked, or with a file that is none: refused, no key imported" ocsp_refused_ok
+list_options_ok() { # the settings the columns do not show, on a line below each instance
+    local out; out=$("${CFG[@]}" list) || return 1
+    grep -E "^127.0.0.1-($P_MT|$P_OC) " -A1 <<<"$out" | sed 's/^/    /'
+    grep -A1 "^127.0.0.1-$P_AL " <<<"$out" | grep -q "^  *alpn h2,http/1.1$" \
+        && grep -A1 "^127.0.0.1-$P_MT " <<<"$out" | grep -q "^  *client certificates required (CA cca.crt, CRL clients.crl)$" \
+        && grep -A1 "^127.0.0.1-$P_MO " <<<"$out" | grep -q "^  *client certificates optional (CA cca.crt)$" \
+        && grep -A1 "^127.0.0.1-$P_OC " <<<"$out" | grep -q "^  *OCSP leaf.ocsp$" \
+        && grep -A1 "^127.0.0.1-$P_IT " <<<"$out" | grep -q "^  *idle timeout 2 s$" \
+        || { grep -E "^127.0.0.1-($P_AL|$P_MT|$P_MO|$P_OC|$P_IT) " -A1 <<<"$out" | sed 's/^/    /'; return 1; }
+}
+check "tlsproxycfg list: ALPN, client certificates, OCSP and the idle timeout below each instance" list_options_ok
 
 # --- worker processes ---------------------------------------------------------------------------
 workers_start_ok() {

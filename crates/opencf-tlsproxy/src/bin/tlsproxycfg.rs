@@ -2,7 +2,9 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand, ValueEnum};
-use opencf_tlsproxy::config::{ClientAuth, Config, Instance, ProxyProtocol, DEFAULT_DRAIN_TIMEOUT};
+use opencf_tlsproxy::config::{
+    ClientAuth, Config, Instance, ProxyProtocol, UnknownSni, DEFAULT_DRAIN_TIMEOUT,
+};
 use opencf_tlsproxy::import::{load_pem, load_pkcs12};
 use opencf_tlsproxy::tickets::TicketSecret;
 use opencf_tlsproxy::tls::{client_verifier, load_ocsp, select_suites, InstanceTls, Resumption};
@@ -518,6 +520,10 @@ fn list(ctx: &Ctx) -> Result<(), String> {
             format!("{}/{}s", i.session_cache, i.session_timeout),
             i.key_uri
         );
+        let more = options(i);
+        if !more.is_empty() {
+            say!("{:<22} {}", "", more.join("; "));
+        }
     }
     match ctx.running_pid() {
         Some(pid) => match children(pid).as_slice() {
@@ -531,6 +537,48 @@ fn list(ctx: &Ctx) -> Result<(), String> {
         None => say!("daemon: not running (from {})", ctx.pid_file.display()),
     }
     Ok(())
+}
+
+/// What `list` shows of an instance below its line: the settings away from their defaults
+/// that the columns do not show.
+fn options(i: &Instance) -> Vec<String> {
+    let file = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |f| f.to_string_lossy().into_owned(),
+        )
+    };
+    let mut v = Vec::new();
+    if !i.alpn.is_empty() {
+        v.push(format!("alpn {}", i.alpn.join(",")));
+    }
+    if let Some(ca) = &i.client_ca_file {
+        let how = match i.client_auth.unwrap_or_default() {
+            ClientAuth::Required => "required",
+            ClientAuth::Optional => "optional",
+        };
+        let crl = i
+            .client_crl_file
+            .as_deref()
+            .map_or(String::new(), |c| format!(", CRL {}", file(c)));
+        v.push(format!("client certificates {how} (CA {}{crl})", file(ca)));
+    }
+    if let Some(o) = &i.ocsp_file {
+        v.push(format!("OCSP {}", file(o)));
+    }
+    if i.idle_timeout > 0 {
+        v.push(format!("idle timeout {} s", i.idle_timeout));
+    }
+    if i.unknown_sni != UnknownSni::Default {
+        v.push(format!("unknown SNI: {:?}", i.unknown_sni).to_lowercase());
+    }
+    if !i.tickets {
+        v.push("no tickets".into());
+    }
+    if !i.sni.is_empty() {
+        v.push(format!("{} SNI sites", i.sni.len()));
+    }
+    v
 }
 
 /// The child processes of `pid` (the workers of a supervisor), from

@@ -323,6 +323,9 @@ pub(crate) mod tests {
         };
         assert_eq!(h.alpn, Some(vec![b"h2".to_vec(), b"http/1.1".to_vec()]));
         assert_eq!(h.suites, vec![0x1301]);
+        for n in 0..rec.len() {
+            assert_eq!(peek(&rec[..n]), Peek::Incomplete, "prefix {n}");
+        }
         // An empty list or an empty name is malformed (RFC 7301).
         let base = build(&[0x1301], None, Some(&[0x0304]), &[0x0403]);
         assert!(matches!(peek(&with_alpn(&base, &[])), Peek::Invalid(_)));
@@ -360,13 +363,16 @@ pub(crate) mod tests {
             peek(&[22, 3, 1, 0, 4, 1, 0, 0, 0]),
             Peek::Invalid(_)
         ));
-        // Mutations never panic.
+        // Mutations never panic, with and without an ALPN extension.
         let rec = build(&[0x1301], Some("a"), Some(&[0x0304]), &[0x0403]);
-        for i in 0..rec.len() {
-            for v in [0u8, 0xff, 0x80] {
-                let mut m = rec.clone();
-                m[i] = v;
-                let _ = peek(&m);
+        for rec in [rec.clone(), with_alpn(&rec, &[b"h2", b"http/1.1"])] {
+            for i in 0..rec.len() {
+                for v in [0u8, 1, 0xff, 0x80] {
+                    let mut m = rec.clone();
+                    m[i] = v;
+                    let _ = peek(&m);
+                }
+                let _ = peek(&rec[..i]);
             }
         }
     }

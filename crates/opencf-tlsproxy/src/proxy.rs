@@ -146,7 +146,7 @@ impl Proxy {
             let rkey = resumption_key(inst)?;
             let res = match self.running.get(&key) {
                 Some(r) if r.res.key == rkey => r.res.clone(),
-                _ => Resumption::new(inst, &self.secret)?,
+                _ => Resumption::with_key(inst, &self.secret, rkey),
             };
             let module = self.module.clone();
             let i2 = inst.clone();

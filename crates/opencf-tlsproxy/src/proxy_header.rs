@@ -102,9 +102,10 @@ fn tls_tlvs(facts: &TlsFacts) -> Vec<u8> {
     tlv(&mut ssl, PP2_SUBTYPE_SSL_VERSION, facts.version.as_bytes());
     // A common name longer than X.509's upper bound many times over is left out rather than
     // cut (the field lengths are 16 bits).
-    let cn = facts.client_cn.filter(|cn| cn.len() <= MAX_CN);
-    if let (Some(cn), false) = (cn, facts.client_cert == ClientCert::None) {
-        tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
+    if facts.client_cert != ClientCert::None {
+        if let Some(cn) = facts.client_cn.filter(|cn| cn.len() <= MAX_CN) {
+            tlv(&mut ssl, PP2_SUBTYPE_SSL_CN, cn.as_bytes());
+        }
     }
     tlv(&mut ssl, PP2_SUBTYPE_SSL_CIPHER, facts.cipher.as_bytes());
     tlv(&mut out, PP2_TYPE_SSL, &ssl);

@@ -138,20 +138,24 @@ impl Resumption {
     /// New state for `inst`; its ticket keys derive from `secret` (shared by the workers), the
     /// instance's name and its client certificate rules.
     pub fn new(inst: &Instance, secret: &TicketSecret) -> Result<Self> {
-        let key = resumption_key(inst)?;
+        Ok(Self::with_key(inst, secret, resumption_key(inst)?))
+    }
+
+    /// The same, with `inst`'s [`ResumptionKey`] already read.
+    pub fn with_key(inst: &Instance, secret: &TicketSecret, key: ResumptionKey) -> Self {
         let mut context = inst.name();
         if let Some(rules) = &key.2 {
             context.push_str("\0client-auth\0");
             context.extend(rules.iter().map(|b| format!("{b:02x}")));
         }
-        Ok(Resumption {
+        Resumption {
             cache: Arc::new(SessionCache::new(
                 inst.session_cache,
                 Duration::from_secs(inst.session_timeout),
             )),
             ticketer: Arc::new(Tickets::new(secret, &context, inst.session_timeout)),
             key,
-        })
+        }
     }
 }
 

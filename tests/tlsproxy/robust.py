@@ -499,6 +499,25 @@ def read_proxy_header_v2_tlvs(conn):
     return (src, sport, dst, dport), fields
 
 
+def answer_one(conn, version):
+    """The application's side of one relayed connection: reads the PROXY header of `version`
+    and the client's 6 bytes, answers `seen`. Returns what it read (`header`, with `tlvs` for
+    v2, and `then`), or `error`."""
+    got = {}
+    with conn:
+        try:
+            conn.settimeout(10)
+            if version == "v2":
+                got["header"], got["tlvs"] = read_proxy_header_v2_tlvs(conn)
+            else:
+                got["header"] = read_proxy_header_v1(conn)
+            got["then"] = read_exactly(conn, 6)
+            conn.sendall(b"seen\n")
+        except Exception as e:  # reported by the caller
+            got["error"] = repr(e)
+    return got
+
+
 def proxyproto(port, cafile, back_port, version, offer=None, want_alpn=None):
     """The application behind PORT gets the PROXY header first, with this client's address
     (and, in version 2, what the handshake settled)."""
@@ -511,16 +530,10 @@ def proxyproto(port, cafile, back_port, version, offer=None, want_alpn=None):
     def app():
         try:
             conn, _ = srv.accept()
-            with conn:
-                conn.settimeout(10)
-                if version == "v2":
-                    seen["header"], seen["tlvs"] = read_proxy_header_v2_tlvs(conn)
-                else:
-                    seen["header"] = read_proxy_header_v1(conn)
-                seen["then"] = read_exactly(conn, 6)
-                conn.sendall(b"seen\n")
-        except Exception as e:  # reported below
+        except OSError as e:  # reported below
             seen["error"] = repr(e)
+            return
+        seen.update(answer_one(conn, version))
 
     t = threading.Thread(target=app, daemon=True)
     t.start()
@@ -581,14 +594,8 @@ def clientcert(port, cafile, back_port, cert, key, cn, resumes, cmd):
                 conn, _ = srv.accept()
             except OSError:
                 return
-            with conn:
-                try:
-                    conn.settimeout(10)
-                    seen.append(read_proxy_header_v2_tlvs(conn)[1])
-                    read_exactly(conn, 6)
-                    conn.sendall(b"seen\n")
-                except Exception as e:  # reported below
-                    seen.append({"error": repr(e)})
+            got = answer_one(conn, "v2")
+            seen.append(got if "error" in got else got["tlvs"])
 
     t = threading.Thread(target=app, daemon=True)
     t.start()

@@ -2,7 +2,8 @@
 # Build and run the table-driven bad-input test against the softtoken module and the
 # accelerator provider, then the differential sequence test (seqdiff.c): random call
 # sequences through slot 0 of the framework, and through the software token's own slot
-# there, must get the answers the softtoken gives when loaded alone.
+# there, must get the answers the softtoken gives when loaded alone. Last, the operation
+# life-cycle and login rules (oplife.c) on the softtoken and on slot 0.
 #   MODULE=path/to/module.so tests/c/run.sh     (default: release softtoken)
 #   SANITIZE=0 tests/c/run.sh                   (build without ASan/UBSan)
 #   SEQDIFF_FIRST=N SEQDIFF_SEEDS=N SEQDIFF_STEPS=N tests/c/run.sh
@@ -24,6 +25,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 fi
 cc $CFLAGS -Itests/c -o target/badinput tests/c/badinput.c -ldl
 cc $CFLAGS -Itests/c -o target/seqdiff tests/c/seqdiff.c -ldl
+cc $CFLAGS -Itests/c -o target/oplife tests/c/oplife.c -ldl
 OPENCF_SOFTTOKEN_DIR=$(mktemp -d)
 export OPENCF_SOFTTOKEN_DIR
 trap 'rm -rf "$OPENCF_SOFTTOKEN_DIR"' EXIT
@@ -48,3 +50,11 @@ fi
 # the token does too.
 ./target/seqdiff target/release/libopencf_softtoken.so "$FRAMEWORK" "label=OpenCF Softtoken" \
     "${SEQDIFF_FIRST:-1}" 8 "${SEQDIFF_STEPS:-500}"
+# Operation life cycle and login rules: the software token alone, then slot 0 in the
+# zero configuration (the accelerator first), each on a fresh token.
+for m in target/release/libopencf_softtoken.so "$FRAMEWORK"; do
+    d=$(mktemp -d)
+    env -u OPENCF_CONF OPENCF_SOFTTOKEN_DIR="$d/token" XDG_CONFIG_HOME="$d/config" \
+        OPENCF_STAT_DIR="$d/stat" ./target/oplife "$m" 0 || { rm -rf "$d"; exit 1; }
+    rm -rf "$d"
+done

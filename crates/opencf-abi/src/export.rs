@@ -227,7 +227,18 @@ pub extern "C" fn C_CloseSession<B: Backend>(session: CK_SESSION_HANDLE) -> CK_R
 
 /// `C_CloseAllSessions`.
 pub extern "C" fn C_CloseAllSessions<B: Backend>(slot: CK_SLOT_ID) -> CK_RV {
-    call::<B>(|b| b.close_all_sessions(slot))
+    call::<B>(|b| {
+        b.close_all_sessions(slot)?;
+        // The pending outputs of the sessions now closed (this layer does not know which slot
+        // a session belongs to: it asks the backend which of them are still open).
+        let held: Vec<CK_SESSION_HANDLE> = pending().iter().map(|o| o.session).collect();
+        let closed: Vec<CK_SESSION_HANDLE> = held
+            .into_iter()
+            .filter(|&h| matches!(b.get_session_info(h), Err(CKR_SESSION_HANDLE_INVALID)))
+            .collect();
+        forget_pending(|o| closed.contains(&o.session));
+        Ok(())
+    })
 }
 
 /// `C_GetSessionInfo`.
@@ -468,17 +479,17 @@ pub extern "C" fn C_FindObjectsFinal<B: Backend>(session: CK_SESSION_HANDLE) -> 
 
 // ----- Encryption and decryption -----
 
-/// Parses the mechanism and calls an `*Init` method.
 /// Ends the operation named by `flag` when the ABI layer refused the call's arguments: PKCS#11
-/// ends a single-part (or final) call's operation on every error but `CKR_BUFFER_TOO_SMALL`,
-/// and the backend never saw this call.
-fn ended_on_error<B: Backend>(
+/// ends the operation of a single-part, update or final call on every error but
+/// `CKR_BUFFER_TOO_SMALL` (and `C_Verify`, `C_VerifyFinal` on every error), and the backend
+/// never saw this call.
+fn ended_on_error<B: Backend, T>(
     b: &B,
     session: CK_SESSION_HANDLE,
     flag: CK_FLAGS,
-    r: CkResult<()>,
-) -> CkResult<()> {
-    if r == Err(CKR_ARGUMENTS_BAD) {
+    r: CkResult<T>,
+) -> CkResult<T> {
+    if matches!(r, Err(CKR_ARGUMENTS_BAD)) {
         let _ = b.session_cancel(session, flag);
     }
     r
@@ -511,6 +522,8 @@ fn message_init_with<B: Backend>(
     })
 }
 
+/// Reads the mechanism and calls an `*Init` method; a NULL mechanism ends the operation named
+/// by `cancel` (PKCS#11 3.0).
 fn init_with<B: Backend>(
     session: CK_SESSION_HANDLE,
     cancel: CK_FLAGS,
@@ -565,9 +578,11 @@ pub extern "C" fn C_EncryptUpdate<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| {
-            b.encrypt_update(session, d, o)
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_ENCRYPT, unsafe {
+            in_out(data, data_len, out, out_len, |d, o| {
+                b.encrypt_update(session, d, o)
+            })
         })
     })
 }
@@ -626,9 +641,11 @@ pub extern "C" fn C_DecryptUpdate<B: Backend>(
     out_len: *mut CK_ULONG,
 ) -> CK_RV {
     // SAFETY: input and two-call output buffers from the caller.
-    call::<B>(|b| unsafe {
-        in_out(data, data_len, out, out_len, |d, o| {
-            b.decrypt_update(session, d, o)
+    call::<B>(|b| {
+        ended_on_error(b, session, CKF_DECRYPT, unsafe {
+            in_out(data, data_len, out, out_len, |d, o| {
+                b.decrypt_update(session, d, o)
+            })
         })
     })
 }
@@ -859,7 +876,7 @@ pub extern "C" fn C_DigestUpdate<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffer from the caller.
-        let data = unsafe { bytes(data, data_len)? };
+        let data = ended_on_error(b, session, CKF_DIGEST, unsafe { bytes(data, data_len) })?;
         b.digest_update(session, data)
     })
 }
@@ -925,7 +942,7 @@ pub extern "C" fn C_SignUpdate<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffer from the caller.
-        let data = unsafe { bytes(data, data_len)? };
+        let data = ended_on_error(b, session, CKF_SIGN, unsafe { bytes(data, data_len) })?;
         b.sign_update(session, data)
     })
 }
@@ -996,7 +1013,9 @@ pub extern "C" fn C_Verify<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffers from the caller.
-        let (data, sig) = unsafe { (bytes(data, data_len)?, bytes(sig, sig_len)?) };
+        let (data, sig) = ended_on_error(b, session, CKF_VERIFY, unsafe {
+            bytes(data, data_len).and_then(|d| Ok((d, bytes(sig, sig_len)?)))
+        })?;
         b.verify(session, data, sig)
     })
 }
@@ -1009,7 +1028,7 @@ pub extern "C" fn C_VerifyUpdate<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffer from the caller.
-        let data = unsafe { bytes(data, data_len)? };
+        let data = ended_on_error(b, session, CKF_VERIFY, unsafe { bytes(data, data_len) })?;
         b.verify_update(session, data)
     })
 }
@@ -1022,7 +1041,7 @@ pub extern "C" fn C_VerifyFinal<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffer from the caller.
-        let sig = unsafe { bytes(sig, sig_len)? };
+        let sig = ended_on_error(b, session, CKF_VERIFY, unsafe { bytes(sig, sig_len) })?;
         b.verify_final(session, sig)
     })
 }
@@ -1079,7 +1098,7 @@ pub extern "C" fn C_VerifySignature<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffer from the caller.
-        let data = unsafe { bytes(data, data_len)? };
+        let data = ended_on_error(b, session, CKF_VERIFY, unsafe { bytes(data, data_len) })?;
         b.verify_signature(session, data)
     })
 }
@@ -1092,7 +1111,7 @@ pub extern "C" fn C_VerifySignatureUpdate<B: Backend>(
 ) -> CK_RV {
     call::<B>(|b| {
         // SAFETY: input buffer from the caller.
-        let data = unsafe { bytes(data, data_len)? };
+        let data = ended_on_error(b, session, CKF_VERIFY, unsafe { bytes(data, data_len) })?;
         b.verify_signature_update(session, data)
     })
 }
@@ -1627,6 +1646,11 @@ pub extern "C" fn C_AsyncComplete<B: Backend>(
     call::<B>(|b| {
         // SAFETY: the caller's NUL-terminated name.
         let name = unsafe { function_name(function_name_p)? };
+        // Checked before the backend is asked: a completion is delivered once, and a NULL
+        // result would lose it.
+        if result.is_null() {
+            return Err(CKR_ARGUMENTS_BAD);
+        }
         let done = b.async_complete(session, &name);
         if done == Ok(AsyncDone::Pending) {
             return Err(CKR_PENDING);
@@ -1639,12 +1663,10 @@ pub extern "C" fn C_AsyncComplete<B: Backend>(
             i.map(|i| t.swap_remove(i))
         };
         let report = |out: &PendingOut, len: usize| {
-            if !result.is_null() {
-                // SAFETY: the caller's structure (checked non-NULL).
-                unsafe {
-                    std::ptr::addr_of_mut!((*result).pValue).write_unaligned(out.p as *mut u8);
-                    std::ptr::addr_of_mut!((*result).ulValue).write_unaligned(len as CK_ULONG);
-                }
+            // SAFETY: the caller's structure (checked non-NULL).
+            unsafe {
+                std::ptr::addr_of_mut!((*result).pValue).write_unaligned(out.p as *mut u8);
+                std::ptr::addr_of_mut!((*result).ulValue).write_unaligned(len as CK_ULONG);
             }
         };
         let (done, out) = match (done, out) {

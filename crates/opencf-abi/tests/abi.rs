@@ -647,9 +647,15 @@ fn unsupported_and_legacy() {
         C_AsyncGetID(SESSION, name, &mut id),
         CKR_FUNCTION_NOT_SUPPORTED
     );
+    let mut data = CK_ASYNC_DATA::default();
+    assert_eq!(
+        C_AsyncComplete(SESSION, name, &mut data),
+        CKR_FUNCTION_NOT_SUPPORTED
+    );
     assert_eq!(
         C_AsyncComplete(SESSION, name, null_mut()),
-        CKR_FUNCTION_NOT_SUPPORTED
+        CKR_ARGUMENTS_BAD,
+        "a NULL result is refused before the backend is asked (a completion is given once)"
     );
     assert_eq!(
         C_AsyncGetID(SESSION, null_mut(), &mut id),

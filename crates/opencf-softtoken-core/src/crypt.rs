@@ -68,6 +68,12 @@ fn step(
     let (uid, m, mut op) = slot_of(st, encrypt)
         .take()
         .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+    // A key with `CKA_ALWAYS_AUTHENTICATE` decrypts only after
+    // `C_Login(CKU_CONTEXT_SPECIFIC)` (a size query may come first); the error ends the
+    // operation.
+    if !encrypt && st.decrypt_needs_auth && !st.decrypt_context_auth && !out.is_query() {
+        return Err(CKR_USER_NOT_LOGGED_IN);
+    }
     let r = f(op.as_mut(), out);
     match r {
         Ok(()) if finishes && !out.is_query() => {
@@ -141,6 +147,10 @@ impl SoftToken {
             None if encrypt => mech::encrypt_init(mech, obj.key())?,
             None => mech::decrypt_init(mech, obj.key())?,
         };
+        if !encrypt {
+            st.decrypt_needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
+            st.decrypt_context_auth = false;
+        }
         *slot_of(st, encrypt) = Some((uid, mech.mechanism, op));
         Ok(())
     }

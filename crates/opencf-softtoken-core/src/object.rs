@@ -374,10 +374,12 @@ impl SoftToken {
         let sess = self.session(s)?;
         let mut st = sess.lock();
         let found = st.find.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        let n = max.min(found.len());
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            if let Some(h) = found.pop() {
+        let mut out = Vec::with_capacity(max.min(found.len()));
+        // An object destroyed since `C_FindObjectsInit` (or a private one dropped by
+        // `C_Logout`, whose handles are invalid from then on) is no longer reported.
+        while out.len() < max {
+            let Some(h) = found.pop() else { break };
+            if self.objects.contains(h) {
                 out.push(h);
             }
         }

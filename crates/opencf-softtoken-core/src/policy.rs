@@ -211,7 +211,12 @@ pub fn check_change(
     if !allowed(class, t) {
         return Err(CKR_ATTRIBUTE_TYPE_INVALID);
     }
-    if current.get(&t).map(|v| v.as_slice()) == Some(new) {
+    // Setting an attribute to the value it has is no change, except for a key's secret
+    // parts: their answer must not depend on the value, or it would confirm a guess of a key
+    // the caller cannot read (they are read-only either way).
+    let key_secret =
+        matches!(class, CKO_PRIVATE_KEY | CKO_SECRET_KEY) && SENSITIVE_ATTRS.contains(&t);
+    if !key_secret && current.get(&t).map(|v| v.as_slice()) == Some(new) {
         return Ok(());
     }
     let copy_ok = copying && matches!(t, CKA_TOKEN | CKA_PRIVATE | CKA_MODIFIABLE);
@@ -249,6 +254,35 @@ pub fn matches(obj: &AttrMap, template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)]) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_value_is_read_only_whatever_the_guess() {
+        let mut a = AttrMap::new();
+        apply_defaults(&mut a, CKO_SECRET_KEY, Origin::Created);
+        a.set_flag(CKA_SENSITIVE, true);
+        a.insert(CKA_VALUE, vec![7u8; 16]);
+        for copying in [false, true] {
+            for guess in [vec![7u8; 16], vec![8u8; 16]] {
+                assert_eq!(
+                    check_change(&a, CKA_VALUE, &guess, false, copying),
+                    Err(CKR_ATTRIBUTE_READ_ONLY)
+                );
+            }
+        }
+        // An attribute anyone may read keeps its answers: the same value is no change, and a
+        // read-only one still refuses another.
+        a.insert(CKA_LABEL, b"k".to_vec());
+        assert_eq!(check_change(&a, CKA_LABEL, b"k", false, false), Ok(()));
+        assert_eq!(check_change(&a, CKA_LABEL, b"other", false, false), Ok(()));
+        a.insert(CKA_KEY_TYPE, CKK_AES.to_ne_bytes().to_vec());
+        let aes = CKK_AES.to_ne_bytes();
+        let des3 = CKK_DES3.to_ne_bytes();
+        assert_eq!(check_change(&a, CKA_KEY_TYPE, &aes, false, false), Ok(()));
+        assert_eq!(
+            check_change(&a, CKA_KEY_TYPE, &des3, false, false),
+            Err(CKR_ATTRIBUTE_READ_ONLY)
+        );
+    }
 
     #[test]
     fn sensitive_cannot_be_cleared_nor_extractable_set() {

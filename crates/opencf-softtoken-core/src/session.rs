@@ -81,7 +81,11 @@ pub struct OpState {
     /// Objects this session used.
     pub keys: SessionKeys,
     /// A context-specific login was done for the current signature.
-    pub context_auth: bool,
+    pub sign_context_auth: bool,
+    /// The decryption's key has `CKA_ALWAYS_AUTHENTICATE`.
+    pub decrypt_needs_auth: bool,
+    /// A context-specific login was done for the current decryption.
+    pub decrypt_context_auth: bool,
 }
 
 /// An open session. Aligned to its own cache lines: each session is written by the thread
@@ -349,15 +353,18 @@ impl SoftToken {
         let store = token.store()?;
         match user {
             CKU_CONTEXT_SPECIFIC => {
+                // For the signature or decryption under way (PKCS#11 3.2 §5.6.4): the PIN
+                // authorizes the next use of its key.
                 let mut st = sess.lock();
-                if st.sign.is_none() {
+                if st.sign.is_none() && st.decrypt.is_none() {
                     return Err(CKR_OPERATION_NOT_INITIALIZED);
                 }
                 if token.login() != LOGGED_USER {
                     return Err(CKR_USER_NOT_LOGGED_IN);
                 }
                 store.login(CKU_USER, pin).map_err(store_err)?;
-                st.context_auth = true;
+                st.sign_context_auth = st.sign.is_some();
+                st.decrypt_context_auth = st.decrypt.is_some();
                 Ok(())
             }
             CKU_USER | CKU_SO => {

@@ -47,7 +47,7 @@ impl SoftToken {
             )?;
             let op = mech::sign_init(m, obj.key())?;
             let needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
-            st.context_auth = false;
+            st.sign_context_auth = false;
             st.sign = Some(SignState { op, needs_auth });
             Ok(())
         })
@@ -61,8 +61,10 @@ impl SoftToken {
     ) -> CkResult<()> {
         let mut st = sess.lock();
         let mut op = st.sign.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
-        if op.needs_auth && !st.context_auth {
-            st.sign = Some(op);
+        // A key with `CKA_ALWAYS_AUTHENTICATE` signs only after `C_Login(CKU_CONTEXT_SPECIFIC)`;
+        // a size query reveals nothing and may come first. Like every other error, this one
+        // ends the operation.
+        if op.needs_auth && !st.sign_context_auth && !out.is_query() {
             return Err(CKR_USER_NOT_LOGGED_IN);
         }
         let r = f(&mut op, out);

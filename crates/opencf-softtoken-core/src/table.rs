@@ -64,6 +64,14 @@ impl<T> HandleTable<T> {
             .get(&h)
             .cloned()
     }
+    /// Whether something is stored under `h` (no reference count touched).
+    pub fn contains(&self, h: u64) -> bool {
+        self.shard(h)
+            .map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&h)
+    }
     /// Stores `v` under `h`, returning what was there.
     pub fn insert(&self, h: u64, v: Arc<T>) -> Option<Arc<T>> {
         self.shard(h)

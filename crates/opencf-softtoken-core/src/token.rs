@@ -208,8 +208,10 @@ impl Token {
         Ok(())
     }
 
-    /// At logout: drops private token objects from memory (forgetting their loaded versions so
-    /// the next login reloads them) and destroys private session objects, as PKCS#11 says.
+    /// At logout: drops private token objects from memory and destroys private session
+    /// objects, as PKCS#11 says. Their handles become invalid for good, "even if a user is
+    /// later logged back into the token" (PKCS#11 3.2, `C_Logout`): the next login loads the
+    /// token objects again under new handles.
     pub fn forget_private(&self, st: &SoftToken) {
         let mut sync = self.sync.lock().unwrap_or_else(|e| e.into_inner());
         let removed = st
@@ -217,9 +219,7 @@ impl Token {
             .remove_where(|o| o.slot == self.slot && o.is_private());
         for o in removed {
             if let Some(id) = o.store_id {
-                if let Some(k) = sync.known.get_mut(&id) {
-                    k.0 = 0;
-                }
+                sync.known.remove(&id);
             }
         }
         st.bump_epoch();

@@ -273,13 +273,24 @@ impl MetaSession {
         if *r != Err(CKR_PENDING) {
             return;
         }
-        let function = match kind {
-            OpKind::Sign => "C_Sign",
-            OpKind::Decrypt => "C_Decrypt",
-            _ => return,
+        let Some(function) = pending_function(kind) else {
+            return;
         };
         self.pending.retain(|(f, ..)| *f != function);
         self.pending.push((function, b.prov, b.h));
+    }
+    /// Whether a call of `kind` answered `CKR_PENDING` and `C_AsyncComplete` has not reported
+    /// it yet: its operation is still active.
+    pub fn is_pending(&self, kind: OpKind) -> bool {
+        !self.pending.is_empty()
+            && pending_function(kind).is_some_and(|f| self.pending.iter().any(|(p, ..)| *p == f))
+    }
+    /// Forgets the pending call of `kind`, if any: where it runs (provider, session).
+    pub fn take_pending(&mut self, kind: OpKind) -> Option<(usize, CK_SESSION_HANDLE)> {
+        let function = pending_function(kind)?;
+        let i = self.pending.iter().position(|(f, ..)| *f == function)?;
+        let (_, prov, h) = self.pending.swap_remove(i);
+        Some((prov, h))
     }
     /// The session's counters of provider `prov` for mechanism `mech` (`stats`: that
     /// provider's).
@@ -311,5 +322,15 @@ impl MetaSession {
         self.ops[k as usize]
             .as_mut()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)
+    }
+}
+
+/// The function whose `CKR_PENDING` answer keeps an operation of `kind` active (PKCS#11 3.2
+/// asynchronous sessions: only `C_Sign` and `C_Decrypt` are answered so).
+fn pending_function(kind: OpKind) -> Option<&'static str> {
+    match kind {
+        OpKind::Sign => Some("C_Sign"),
+        OpKind::Decrypt => Some("C_Decrypt"),
+        _ => None,
     }
 }

@@ -673,7 +673,7 @@ impl OpenCf {
         let ms = &mut *guard;
         let mt = mech.mechanism();
         match ms.direct[kind as usize] {
-            Some(d) if d.mech == mt && ms.ops[kind as usize].is_none() => {
+            Some(d) if d.mech == mt && ms.ops[kind as usize].is_none() && ms.pending.is_empty() => {
                 // As `bind_with` over that candidate, without looking the route up.
                 let at = self.at(&d.b, ms.ks_pin.as_ref());
                 let key_h = key.unwrap_or(0);
@@ -727,7 +727,7 @@ impl OpenCf {
         key: Option<CK_OBJECT_HANDLE>,
         extra: &[u8],
     ) -> CkResult<()> {
-        if ms.ops[kind as usize].is_some() {
+        if ms.ops[kind as usize].is_some() || ms.is_pending(kind) {
             return Err(CKR_OPERATION_ACTIVE);
         }
         let mt = mech.mechanism();
@@ -824,6 +824,9 @@ impl OpenCf {
             r => {
                 ran(b.counters, &r, len as u64, t0);
                 ms.keep_pending(kind, &b, &r);
+                if let Err(e) = r {
+                    self.ended_in_provider(&b, kind, e);
+                }
                 if let Some(Op { kept: Some(k), .. }) = ms.ops[kind as usize].take() {
                     ms.spare = Some(k);
                 }
@@ -895,10 +898,25 @@ impl OpenCf {
                 r => {
                     ran(b.counters, &r, len as u64, t0);
                     msr.keep_pending(kind, &b, &r);
+                    if let Err(e) = r {
+                        self.ended_in_provider(&b, kind, e);
+                    }
                     msr.ops[kind as usize] = None;
                     return r;
                 }
             }
+        }
+    }
+
+    /// After a single-part call that ended its operation with an error (every error but
+    /// `CKR_BUFFER_TOO_SMALL` and `CKR_PENDING` ends it, PKCS#11 3.2 §5.2): the slot forgets
+    /// the operation, and so must the provider. One that keeps it after such an error would
+    /// answer every later init of that kind with `CKR_OPERATION_ACTIVE` in a session the slot
+    /// reports idle, so it is told to end it.
+    #[cold]
+    fn ended_in_provider(&self, b: &Bound, kind: OpKind, e: CK_RV) {
+        if e != CKR_PENDING {
+            let _ = self.p(b.prov).session_cancel(b.h, kind.flag());
         }
     }
 

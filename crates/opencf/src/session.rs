@@ -122,6 +122,10 @@ impl OpenCf {
                         let _ = self.p(b.prov).session_cancel(b.h, k.flag());
                     }
                 }
+                // A call that answered `CKR_PENDING` is still active where it runs.
+                if let Some((prov, h)) = ms.take_pending(k) {
+                    let _ = self.p(prov).session_cancel(h, k.flag());
+                }
             }
             if flags & CKF_FIND_OBJECTS != 0 && ms.finding {
                 ms.finding = false;

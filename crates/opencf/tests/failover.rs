@@ -780,6 +780,13 @@ fn logout_destroys_the_clones_of_private_keys() {
     let c1 = s.encrypt(&Mechanism::AesEcb, private, &block).unwrap();
     let c2 = s.encrypt(&Mechanism::AesEcb, public, &block).unwrap();
     assert_eq!(secret_keys_in_faulty(&p), clones + 2, "two clones");
+    let unique_id = match s
+        .get_attributes(private, &[AttributeType::UniqueId])
+        .unwrap()[..]
+    {
+        [Attribute::UniqueId(ref id)] => id.clone(),
+        ref other => panic!("CKA_UNIQUE_ID: {other:?}"),
+    };
     s.logout().unwrap();
     assert_eq!(
         secret_keys_in_faulty(&p),
@@ -789,7 +796,13 @@ fn logout_destroys_the_clones_of_private_keys() {
     assert_eq!(s.encrypt(&Mechanism::AesEcb, public, &block).unwrap(), c2);
     s.login(UserType::User, Some(&AuthPin::from(USER_PIN.to_string())))
         .unwrap();
-    assert_eq!(s.encrypt(&Mechanism::AesEcb, private, &block).unwrap(), c1);
+    // The private key's old handle stays invalid after the new login (PKCS#11, `C_Logout`);
+    // the key is found again under a new one.
+    assert!(s.encrypt(&Mechanism::AesEcb, private, &block).is_err());
+    let found = s.find_objects(&[Attribute::UniqueId(unique_id)]).unwrap();
+    assert_eq!(found.len(), 1, "the private key found again");
+    assert_ne!(found[0], private, "under a new handle");
+    assert_eq!(s.encrypt(&Mechanism::AesEcb, found[0], &block).unwrap(), c1);
     assert_eq!(secret_keys_in_faulty(&p), clones + 2, "cloned again");
     // The sweeps leave no keystore session open: closing the application's last session
     // still logs it out.

@@ -1,0 +1,301 @@
+/*
+ * Operation life cycle and login rules, through the C ABI of a module: the software token
+ * loaded alone, or slot 0 of libopencf.so (the framework answers as its keystore does).
+ *
+ *   oplife MODULE SLOT
+ *
+ * Checked, with the PKCS#11 3.2 rule each case follows:
+ * - an update, C_Verify or C_VerifyFinal refused for its arguments (CKR_ARGUMENTS_BAD) ends
+ *   its operation ("a call ... which results in an error terminates the operation");
+ * - a key with CKA_ALWAYS_AUTHENTICATE signs and decrypts only after
+ *   C_Login(CKU_CONTEXT_SPECIFIC), once per operation; without it C_Sign and C_Decrypt answer
+ *   CKR_USER_NOT_LOGGED_IN and end the operation (a size query may come first);
+ * - a sensitive key's CKA_VALUE is read-only whatever value C_SetAttributeValue or
+ *   C_CopyObject gives it: the answer must not confirm a guess;
+ * - handles of private objects are invalid after C_Logout, "even if a user is later logged
+ *   back into the token", and a search begun before the logout no longer returns them.
+ *
+ * The token must be fresh (OPENCF_SOFTTOKEN_DIR of its own): its expired default user PIN
+ * "changeme" is changed on the first login.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pkcs11.h"
+#include "ckr_names.h"
+
+static CK_FUNCTION_LIST_3_0 *F;
+static CK_SLOT_ID SLOT;
+static int failures;
+
+static void expect(const char *what, CK_RV got, CK_RV want)
+{
+    if (got == want) {
+        printf("ok   %s: %s\n", what, ckr_name(got));
+    } else {
+        printf("FAIL %s: %s", what, ckr_name(got));
+        printf(", want %s\n", ckr_name(want));
+        failures++;
+    }
+}
+
+static void must(const char *what, CK_RV rv)
+{
+    if (rv != CKR_OK) {
+        fprintf(stderr, "setup: %s: %s\n", what, ckr_name(rv));
+        exit(2);
+    }
+}
+
+static CK_UTF8CHAR PIN_DEFAULT[] = "changeme";
+static CK_UTF8CHAR PIN[] = "oplife-user-pin";
+#define PINLEN(p) ((CK_ULONG)(sizeof(p) - 1))
+static CK_BBOOL T = CK_TRUE, Fa = CK_FALSE;
+#define A(t, v) { (t), &(v), sizeof(v) }
+#define NA(a) (sizeof(a) / sizeof((a)[0]))
+
+static CK_SESSION_HANDLE open_rw(void)
+{
+    CK_SESSION_HANDLE s;
+    must("C_OpenSession", F->C_OpenSession(SLOT, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &s));
+    return s;
+}
+
+static void login(CK_SESSION_HANDLE s)
+{
+    CK_RV rv = F->C_Login(s, CKU_USER, PIN, PINLEN(PIN));
+    if (rv == CKR_OK || rv == CKR_USER_ALREADY_LOGGED_IN)
+        return;
+    must("C_Login (default PIN)", F->C_Login(s, CKU_USER, PIN_DEFAULT, PINLEN(PIN_DEFAULT)));
+    must("C_SetPIN", F->C_SetPIN(s, PIN_DEFAULT, PINLEN(PIN_DEFAULT), PIN, PINLEN(PIN)));
+}
+
+static CK_OBJECT_CLASS cls_secret = CKO_SECRET_KEY;
+static CK_KEY_TYPE kt_aes = CKK_AES, kt_gen = CKK_GENERIC_SECRET;
+static CK_BYTE v16[16] = "0123456789abcdef";
+static CK_BYTE v32[32] = "0123456789abcdef0123456789abcdef";
+static CK_BYTE data32[32] = "thirty-two bytes of plain text!!";
+static CK_BYTE iv[16];
+static CK_MECHANISM m_cbcpad = { CKM_AES_CBC_PAD, iv, sizeof iv };
+static CK_MECHANISM m_sha = { CKM_SHA256, NULL, 0 };
+static CK_MECHANISM m_hmac = { CKM_SHA256_HMAC, NULL, 0 };
+static CK_MECHANISM m_rsa_sha = { CKM_SHA256_RSA_PKCS, NULL, 0 };
+static CK_MECHANISM m_rsa = { CKM_RSA_PKCS, NULL, 0 };
+
+static CK_OBJECT_HANDLE make(CK_SESSION_HANDLE s, CK_ATTRIBUTE *a, CK_ULONG n)
+{
+    CK_OBJECT_HANDLE h;
+    must("C_CreateObject", F->C_CreateObject(s, a, n, &h));
+    return h;
+}
+
+/* CKR_ARGUMENTS_BAD from an update, C_Verify or C_VerifyFinal ends the operation. */
+static void argument_errors_end_operations(CK_SESSION_HANDLE s)
+{
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_ENCRYPT, T), A(CKA_DECRYPT, T) };
+    CK_ATTRIBUTE ha[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE, v32),
+                          A(CKA_SIGN, T), A(CKA_VERIFY, T) };
+    CK_OBJECT_HANDLE aes = make(s, ka, NA(ka)), hmac = make(s, ha, NA(ha));
+    CK_BYTE out[64], sig[32] = { 0 };
+    CK_ULONG len;
+
+    must("C_EncryptInit", F->C_EncryptInit(s, &m_cbcpad, aes));
+    len = sizeof out;
+    expect("C_EncryptUpdate(NULL data)", F->C_EncryptUpdate(s, NULL, 5, out, &len), CKR_ARGUMENTS_BAD);
+    len = sizeof out;
+    expect("  then C_EncryptUpdate", F->C_EncryptUpdate(s, data32, 16, out, &len),
+           CKR_OPERATION_NOT_INITIALIZED);
+
+    must("C_DecryptInit", F->C_DecryptInit(s, &m_cbcpad, aes));
+    expect("C_DecryptUpdate(NULL length)", F->C_DecryptUpdate(s, data32, 16, out, NULL), CKR_ARGUMENTS_BAD);
+    len = sizeof out;
+    expect("  then C_DecryptUpdate", F->C_DecryptUpdate(s, data32, 16, out, &len),
+           CKR_OPERATION_NOT_INITIALIZED);
+
+    must("C_DigestInit", F->C_DigestInit(s, &m_sha));
+    expect("C_DigestUpdate(NULL data)", F->C_DigestUpdate(s, NULL, 5), CKR_ARGUMENTS_BAD);
+    expect("  then C_DigestUpdate", F->C_DigestUpdate(s, data32, 5), CKR_OPERATION_NOT_INITIALIZED);
+
+    must("C_SignInit", F->C_SignInit(s, &m_hmac, hmac));
+    expect("C_SignUpdate(NULL data)", F->C_SignUpdate(s, NULL, 5), CKR_ARGUMENTS_BAD);
+    expect("  then C_SignUpdate", F->C_SignUpdate(s, data32, 5), CKR_OPERATION_NOT_INITIALIZED);
+
+    must("C_VerifyInit", F->C_VerifyInit(s, &m_hmac, hmac));
+    expect("C_VerifyUpdate(NULL data)", F->C_VerifyUpdate(s, NULL, 5), CKR_ARGUMENTS_BAD);
+    expect("  then C_VerifyUpdate", F->C_VerifyUpdate(s, data32, 5), CKR_OPERATION_NOT_INITIALIZED);
+
+    must("C_VerifyInit", F->C_VerifyInit(s, &m_hmac, hmac));
+    expect("C_Verify(NULL data)", F->C_Verify(s, NULL, 32, sig, sizeof sig), CKR_ARGUMENTS_BAD);
+    expect("  then C_Verify", F->C_Verify(s, data32, 32, sig, sizeof sig), CKR_OPERATION_NOT_INITIALIZED);
+
+    must("C_VerifyInit", F->C_VerifyInit(s, &m_hmac, hmac));
+    must("C_VerifyUpdate", F->C_VerifyUpdate(s, data32, 32));
+    expect("C_VerifyFinal(NULL signature)", F->C_VerifyFinal(s, NULL, 32), CKR_ARGUMENTS_BAD);
+    expect("  then C_VerifyFinal", F->C_VerifyFinal(s, sig, sizeof sig), CKR_OPERATION_NOT_INITIALIZED);
+}
+
+/* A sensitive key's value: read-only, whatever the guess. */
+static void no_answer_confirms_a_guess(CK_SESSION_HANDLE s)
+{
+    CK_BYTE wrong[16] = "fedcba9876543210";
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_ENCRYPT, T), A(CKA_SENSITIVE, T), A(CKA_EXTRACTABLE, Fa) };
+    CK_OBJECT_HANDLE k = make(s, ka, NA(ka)), copy = 0;
+    CK_ATTRIBUTE right[] = { A(CKA_VALUE, v16) }, guess[] = { A(CKA_VALUE, wrong) };
+    expect("C_SetAttributeValue(CKA_VALUE = the key's value)", F->C_SetAttributeValue(s, k, right, 1),
+           CKR_ATTRIBUTE_READ_ONLY);
+    expect("C_SetAttributeValue(CKA_VALUE = another value)", F->C_SetAttributeValue(s, k, guess, 1),
+           CKR_ATTRIBUTE_READ_ONLY);
+    expect("C_CopyObject(CKA_VALUE = the key's value)", F->C_CopyObject(s, k, right, 1, &copy),
+           CKR_ATTRIBUTE_READ_ONLY);
+    expect("C_CopyObject(CKA_VALUE = another value)", F->C_CopyObject(s, k, guess, 1, &copy),
+           CKR_ATTRIBUTE_READ_ONLY);
+}
+
+/* CKA_ALWAYS_AUTHENTICATE: the PIN again before each signature and each decryption. */
+static void context_specific_login(CK_SESSION_HANDLE s)
+{
+    CK_MECHANISM gen = { CKM_RSA_PKCS_KEY_PAIR_GEN, NULL, 0 };
+    CK_ULONG bits = 2048;
+    CK_BYTE e[] = { 1, 0, 1 };
+    CK_ATTRIBUTE pub_t[] = { A(CKA_MODULUS_BITS, bits), { CKA_PUBLIC_EXPONENT, e, 3 },
+                             A(CKA_VERIFY, T), A(CKA_ENCRYPT, T) };
+    CK_ATTRIBUTE priv_t[] = { A(CKA_SIGN, T), A(CKA_DECRYPT, T), A(CKA_ALWAYS_AUTHENTICATE, T) };
+    CK_OBJECT_HANDLE pub, priv;
+    CK_BYTE sig[256], ct[256], pt[256];
+    CK_ULONG len, ct_len = sizeof ct;
+    must("C_GenerateKeyPair", F->C_GenerateKeyPair(s, &gen, pub_t, NA(pub_t), priv_t, NA(priv_t), &pub, &priv));
+
+    expect("C_Login(CKU_CONTEXT_SPECIFIC) with no operation",
+           F->C_Login(s, CKU_CONTEXT_SPECIFIC, PIN, PINLEN(PIN)), CKR_OPERATION_NOT_INITIALIZED);
+    /* Signing. */
+    must("C_SignInit", F->C_SignInit(s, &m_rsa_sha, priv));
+    len = sizeof sig;
+    expect("C_Sign without the context login", F->C_Sign(s, data32, 32, sig, &len), CKR_USER_NOT_LOGGED_IN);
+    len = sizeof sig;
+    expect("  then C_Sign (the error ended it)", F->C_Sign(s, data32, 32, sig, &len),
+           CKR_OPERATION_NOT_INITIALIZED);
+    must("C_SignInit", F->C_SignInit(s, &m_rsa_sha, priv));
+    len = 0;
+    expect("C_Sign size query before the context login", F->C_Sign(s, data32, 32, NULL, &len), CKR_OK);
+    expect("C_Login(CKU_CONTEXT_SPECIFIC)", F->C_Login(s, CKU_CONTEXT_SPECIFIC, PIN, PINLEN(PIN)), CKR_OK);
+    len = sizeof sig;
+    expect("C_Sign after the context login", F->C_Sign(s, data32, 32, sig, &len), CKR_OK);
+    must("C_VerifyInit", F->C_VerifyInit(s, &m_rsa_sha, pub));
+    expect("  the signature verifies", F->C_Verify(s, data32, 32, sig, len), CKR_OK);
+    must("C_SignInit", F->C_SignInit(s, &m_rsa_sha, priv));
+    len = sizeof sig;
+    expect("the next C_Sign needs the PIN again", F->C_Sign(s, data32, 32, sig, &len), CKR_USER_NOT_LOGGED_IN);
+    /* A session whose signature was refused so can start another: nothing is left behind. */
+    must("C_SignInit", F->C_SignInit(s, &m_rsa_sha, priv));
+    expect("C_Login(CKU_CONTEXT_SPECIFIC)", F->C_Login(s, CKU_CONTEXT_SPECIFIC, PIN, PINLEN(PIN)), CKR_OK);
+    len = sizeof sig;
+    expect("C_Sign after the context login", F->C_Sign(s, data32, 32, sig, &len), CKR_OK);
+
+    /* Decryption. */
+    must("C_EncryptInit", F->C_EncryptInit(s, &m_rsa, pub));
+    must("C_Encrypt", F->C_Encrypt(s, data32, 32, ct, &ct_len));
+    must("C_DecryptInit", F->C_DecryptInit(s, &m_rsa, priv));
+    len = sizeof pt;
+    expect("C_Decrypt without the context login", F->C_Decrypt(s, ct, ct_len, pt, &len),
+           CKR_USER_NOT_LOGGED_IN);
+    len = sizeof pt;
+    expect("  then C_Decrypt (the error ended it)", F->C_Decrypt(s, ct, ct_len, pt, &len),
+           CKR_OPERATION_NOT_INITIALIZED);
+    must("C_DecryptInit", F->C_DecryptInit(s, &m_rsa, priv));
+    expect("C_Login(CKU_CONTEXT_SPECIFIC)", F->C_Login(s, CKU_CONTEXT_SPECIFIC, PIN, PINLEN(PIN)), CKR_OK);
+    len = sizeof pt;
+    expect("C_Decrypt after the context login", F->C_Decrypt(s, ct, ct_len, pt, &len), CKR_OK);
+    if (len != 32 || memcmp(pt, data32, 32) != 0) {
+        printf("FAIL the plaintext differs (%lu bytes)\n", len);
+        failures++;
+    }
+    must("C_DecryptInit", F->C_DecryptInit(s, &m_rsa, priv));
+    len = sizeof pt;
+    expect("the next C_Decrypt needs the PIN again", F->C_Decrypt(s, ct, ct_len, pt, &len),
+           CKR_USER_NOT_LOGGED_IN);
+}
+
+/* Handles of private objects after C_Logout and a new C_Login. */
+static void private_handles_end_at_logout(CK_SESSION_HANDLE s)
+{
+    static CK_UTF8CHAR label[] = "oplife private";
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_TOKEN, T), A(CKA_PRIVATE, T), A(CKA_ENCRYPT, T),
+                          { CKA_LABEL, label, sizeof label - 1 } };
+    CK_ATTRIBUTE by_class[] = { A(CKA_CLASS, cls_secret) };
+    CK_ATTRIBUTE by_label[] = { { CKA_LABEL, label, sizeof label - 1 } };
+    CK_OBJECT_HANDLE k = make(s, ka, NA(ka)), found[16];
+    CK_ULONG n = 0;
+    CK_KEY_TYPE kt;
+    CK_ATTRIBUTE get[] = { A(CKA_KEY_TYPE, kt) };
+
+    must("C_FindObjectsInit", F->C_FindObjectsInit(s, by_class, 1));
+    must("C_Logout", F->C_Logout(s));
+    /* The search may go on (PKCS#11 lets it), but without the objects the logout hid. */
+    CK_RV rv = F->C_FindObjects(s, found, 16, &n);
+    if (rv == CKR_OK) {
+        for (CK_ULONG i = 0; i < n; i++) {
+            if (found[i] == k) {
+                printf("FAIL a search begun before C_Logout returned the private key after it\n");
+                failures++;
+            }
+        }
+        printf("ok   C_FindObjects after C_Logout: %lu handles, the private key not among them\n", n);
+        F->C_FindObjectsFinal(s);
+    } else {
+        expect("C_FindObjects after C_Logout", rv, CKR_OPERATION_NOT_INITIALIZED);
+    }
+    expect("the private key's handle after C_Logout", F->C_GetAttributeValue(s, k, get, 1),
+           CKR_OBJECT_HANDLE_INVALID);
+    login(s);
+    expect("the same handle after a new C_Login", F->C_GetAttributeValue(s, k, get, 1),
+           CKR_OBJECT_HANDLE_INVALID);
+    must("C_FindObjectsInit", F->C_FindObjectsInit(s, by_label, 1));
+    must("C_FindObjects", F->C_FindObjects(s, found, 16, &n));
+    must("C_FindObjectsFinal", F->C_FindObjectsFinal(s));
+    if (n != 1 || found[0] == k) {
+        printf("FAIL found again by label: %lu handles, want one new handle\n", n);
+        failures++;
+    } else {
+        expect("the key found again, under a new handle", F->C_GetAttributeValue(s, found[0], get, 1), CKR_OK);
+        must("C_DestroyObject", F->C_DestroyObject(s, found[0]));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s MODULE SLOT\n", argv[0]);
+        return 2;
+    }
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 2;
+    }
+    CK_C_GetInterface get_interface = (CK_C_GetInterface)dlsym(lib, "C_GetInterface");
+    CK_INTERFACE *ifc = NULL;
+    CK_VERSION v30 = { 3, 0 };
+    if (!get_interface || get_interface((CK_UTF8CHAR *)"PKCS 11", &v30, &ifc, 0) != CKR_OK) {
+        fprintf(stderr, "no PKCS #11 3.0 interface\n");
+        return 2;
+    }
+    F = ifc->pFunctionList;
+    SLOT = strtoul(argv[2], NULL, 10);
+    must("C_Initialize", F->C_Initialize(NULL));
+    CK_SESSION_HANDLE s = open_rw();
+    login(s);
+    printf("# %s, slot %lu\n", argv[1], SLOT);
+    argument_errors_end_operations(s);
+    no_answer_confirms_a_guess(s);
+    context_specific_login(s);
+    private_handles_end_at_logout(s);
+    F->C_CloseSession(s);
+    F->C_Finalize(NULL);
+    printf("%s: %d failed\n", argv[1], failures);
+    return failures != 0;
+}

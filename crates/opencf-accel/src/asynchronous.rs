@@ -24,7 +24,9 @@ impl Accel {
         let Some(r) = p.poll(self.sched.kind(), &self.gather) else {
             return Ok(AsyncDone::Pending);
         };
-        st.pending = None;
+        if let Some(slot) = st.pending_slot(function) {
+            *slot = None;
+        }
         r.map(AsyncDone::Output)
     }
 
@@ -76,7 +78,7 @@ impl Accel {
             Prepared::Done(v) => out.write(&v).map(|_| ()),
             Prepared::Engine(ticket, input) => {
                 let op = AsyncOp::start(function, &self.sched, ticket, key.clone(), input, then)?;
-                lock(sess).pending = Some(op);
+                lock(sess).set_pending(op);
                 Err(CKR_PENDING)
             }
         }

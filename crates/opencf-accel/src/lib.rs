@@ -75,14 +75,37 @@ struct Session {
     sign: Option<Sign>,
     encrypt: Option<BulkOp>,
     decrypt: Option<Decrypt>,
-    /// An operation that answered `CKR_PENDING` (asynchronous sessions: one at a time).
-    pending: Option<AsyncOp>,
+    /// The signature that answered `CKR_PENDING` (asynchronous sessions), until
+    /// `C_AsyncComplete` reports it.
+    pending_sign: Option<AsyncOp>,
+    /// The same for a decryption: a session may have one of each kind under way.
+    pending_decrypt: Option<AsyncOp>,
 }
 
 impl Session {
-    /// The operation pending for `function` (`"C_Sign"`, `"C_Decrypt"`), if any.
+    /// Where the operation pending for `function` (`"C_Sign"`, `"C_Decrypt"`) is kept.
+    fn pending_slot(&mut self, function: &str) -> Option<&mut Option<AsyncOp>> {
+        match function {
+            "C_Sign" => Some(&mut self.pending_sign),
+            "C_Decrypt" => Some(&mut self.pending_decrypt),
+            _ => None,
+        }
+    }
+
+    /// The operation pending for `function`, if any.
     fn pending_of(&self, function: &str) -> Option<&AsyncOp> {
-        self.pending.as_ref().filter(|p| p.function == function)
+        match function {
+            "C_Sign" => self.pending_sign.as_ref(),
+            "C_Decrypt" => self.pending_decrypt.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Records `op`, pending for its function.
+    fn set_pending(&mut self, op: AsyncOp) {
+        if let Some(slot) = self.pending_slot(op.function) {
+            *slot = Some(op);
+        }
     }
 }
 

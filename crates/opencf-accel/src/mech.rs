@@ -159,10 +159,18 @@ fn pss(
     };
     // The mechanism's own hash must be the parameter's; the salt must fit:
     // hLen + sLen + 2 <= emLen = ceil((modBits - 1) / 8).
-    let fit = |md: &MdRef, s: usize| md.size() + s + 2 <= (bits - 1).div_ceil(8);
-    match (md_of(*h), mgf_md(*mgf), usize::try_from(*salt_len)) {
-        (Some(md), Some(mgf), Ok(salt)) if want.is_none_or(|w| w == *h) && fit(md, salt) => {
-            Ok((md, mgf, salt as i32))
+    // Checked arithmetic: a salt length near `CK_ULONG`'s maximum must not wrap into a fit.
+    let fit = |md: &MdRef, s: usize| {
+        md.size()
+            .checked_add(s)
+            .and_then(|n| n.checked_add(2))
+            .is_some_and(|n| n <= bits.saturating_sub(1).div_ceil(8))
+    };
+    match (md_of(*h), mgf_md(*mgf), i32::try_from(*salt_len)) {
+        (Some(md), Some(mgf), Ok(salt))
+            if want.is_none_or(|w| w == *h) && fit(md, salt as usize) =>
+        {
+            Ok((md, mgf, salt))
         }
         _ => Err(CKR_MECHANISM_PARAM_INVALID),
     }

@@ -77,10 +77,11 @@ impl Accel {
         }
         // A pending operation of a cancelled kind is dropped (its halves still run; the
         // results are thrown away).
-        if (flags & CKF_SIGN != 0 && st.pending_of("C_Sign").is_some())
-            || (flags & CKF_DECRYPT != 0 && st.pending_of("C_Decrypt").is_some())
-        {
-            st.pending = None;
+        if flags & CKF_SIGN != 0 {
+            st.pending_sign = None;
+        }
+        if flags & CKF_DECRYPT != 0 {
+            st.pending_decrypt = None;
         }
         if flags & CKF_ENCRYPT != 0 {
             st.encrypt = None;

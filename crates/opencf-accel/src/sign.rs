@@ -155,7 +155,7 @@ impl Accel {
         match req.take() {
             Some(r) => out.write(&r?).map(|_| ()),
             None => {
-                lock(sess).pending = Some(AsyncOp::ecdsa(req));
+                lock(sess).set_pending(AsyncOp::ecdsa(req));
                 Err(CKR_PENDING)
             }
         }

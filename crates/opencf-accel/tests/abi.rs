@@ -133,6 +133,40 @@ fn size_query_checks_the_length(s: &Session, h: ObjectHandle, k: usize) {
     raw.session_cancel(sh, CKF_DECRYPT).unwrap();
 }
 
+/// PSS salt lengths at init: the largest that fits (`emLen - hLen - 2`) is accepted, one more
+/// is `CKR_MECHANISM_PARAM_INVALID`, and so is every length near `CK_ULONG`'s maximum, where
+/// `hLen + sLen + 2` would wrap (RFC 8017, 9.1.1). Checked at `C_SignInit`, before any data.
+fn pss_salt_bounds(s: &Session, h: ObjectHandle, k: usize) {
+    use opencf_abi::sys::*;
+    let raw = opencf_abi::provider::Provider::load(&common::library()).unwrap();
+    let sh = s.handle();
+    let init = |salt: CK_ULONG| {
+        let m = opencf_abi::Mechanism {
+            mechanism: CKM_SHA256_RSA_PKCS_PSS,
+            param: opencf_abi::MechParam::RsaPss {
+                hash_alg: CKM_SHA256,
+                mgf: CKG_MGF1_SHA256,
+                salt_len: salt,
+            },
+        };
+        let r = raw.sign_init(sh, &m, h.handle());
+        if r.is_ok() {
+            raw.session_cancel(sh, CKF_SIGN).unwrap();
+        }
+        r
+    };
+    let max = (k - 32 - 2) as CK_ULONG;
+    assert_eq!(init(max), Ok(()), "the largest salt that fits");
+    assert_eq!(init(max + 1), Err(CKR_MECHANISM_PARAM_INVALID));
+    for salt in (0..40).map(|i| CK_ULONG::MAX - i).chain([1 << 31, 1 << 32]) {
+        assert_eq!(
+            init(salt),
+            Err(CKR_MECHANISM_PARAM_INVALID),
+            "salt length {salt:#x}"
+        );
+    }
+}
+
 fn rv(e: Error) -> RvError {
     match e {
         Error::Pkcs11(rv, _) => rv,
@@ -209,6 +243,7 @@ fn by_value_and_by_unwrap() {
         let h = s.create_object(&private_template(&key)).unwrap();
         both_paths(|| exercise(&s, &key, h, &msg));
         size_query_checks_the_length(&s, h, bits as usize / 8);
+        pss_salt_bounds(&s, h, bits as usize / 8);
     }
     // As the framework moves a sensitive key in: a one-off AES-256 key by value, then KWP.
     let key = Rsa::generate(2048).unwrap();

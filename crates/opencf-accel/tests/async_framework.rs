@@ -45,6 +45,50 @@ fn sign_many(p: &Provider, slot: CK_SLOT_ID, n: usize) -> usize {
     pended
 }
 
+/// Slot 0 with a `C_Sign` pending in the accelerator: the signature is still the session's
+/// active operation (`C_SignInit` answers `CKR_OPERATION_ACTIVE`) until `C_SessionCancel`
+/// ends it where it runs; after that `C_AsyncComplete` has nothing to report and a new
+/// signature starts.
+fn cancel_a_pending_signature(p: &Provider, n: usize) {
+    let rsa = Rsa::generate(2048).unwrap();
+    let open = || {
+        p.open_session(0, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION)
+            .unwrap()
+    };
+    let sessions: Vec<_> = (0..n).map(|_| open()).collect();
+    let key = create_rsa_key(p, sessions[0], &rsa);
+    let sha256 = Mechanism::new(CKM_SHA256_RSA_PKCS);
+    let mut pending: Vec<(usize, AsyncOut)> = Vec::new();
+    for (i, &s) in sessions.iter().enumerate() {
+        p.sign_init(s, &sha256, key).unwrap();
+        if let Err(out) = p.sign_async(s, b"to be cancelled", 256).unwrap() {
+            pending.push((i, out));
+        }
+    }
+    let (i, _cancelled) = pending.pop().expect("a signature pended on slot 0");
+    let s = sessions[i];
+    assert_eq!(
+        p.sign_init(s, &sha256, key),
+        Err(CKR_OPERATION_ACTIVE),
+        "the pending signature is the session's active one"
+    );
+    p.session_cancel(s, CKF_SIGN).unwrap();
+    assert_eq!(
+        p.async_complete(s, "C_Sign"),
+        Err(CKR_OPERATION_NOT_INITIALIZED),
+        "nothing left to complete"
+    );
+    p.sign_init(s, &sha256, key)
+        .expect("a new signature after the cancel");
+    p.session_cancel(s, CKF_SIGN).unwrap();
+    complete_all(p, &mut pending, |_, sig| {
+        verifies(&rsa, b"to be cancelled", sig)
+    });
+    for s in sessions {
+        p.close_session(s).unwrap();
+    }
+}
+
 #[test]
 fn asynchronous_sessions_through_the_framework() {
     let (p, stat) = framework("accel-async", "");
@@ -94,6 +138,7 @@ fn asynchronous_sessions_through_the_framework() {
         "{passes} passes"
     );
     assert_eq!(faults, 0);
+    cancel_a_pending_signature(&p, n);
     // Nothing pending: the framework's answers.
     let s = p
         .open_session(0, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION)

@@ -250,3 +250,65 @@ fn asynchronous_decryption_and_a_faulty_engine() {
     }
     p.close_session(owner).unwrap();
 }
+
+/// A session may have a signature and a decryption pending at once (one operation of each
+/// kind, as PKCS#11 has it): both complete with the right output, and `C_SessionCancel` of
+/// one kind drops that one only.
+#[test]
+fn a_signature_and_a_decryption_pending_in_one_session() {
+    let _g = lock();
+    if !engine_here() {
+        return;
+    }
+    let p = module();
+    let (key, owner, h) = key();
+    let pkcs1 = Mechanism::new(CKM_RSA_PKCS);
+    let pkey = PKey::from_rsa(key.clone()).unwrap();
+    let encrypt = |m: &[u8]| {
+        let mut c = openssl::pkey_ctx::PkeyCtx::new(&pkey).unwrap();
+        c.encrypt_init().unwrap();
+        c.set_rsa_padding(Padding::PKCS1).unwrap();
+        let mut out = Vec::new();
+        c.encrypt_to_vec(m, &mut out).unwrap();
+        out
+    };
+    let msg = b"signed while a decryption is pending".to_vec();
+    for cancel in [None, Some(CKF_DECRYPT), Some(CKF_SIGN)] {
+        let s = async_session();
+        p.sign_init(s, &Mechanism::new(CKM_SHA256_RSA_PKCS), h)
+            .unwrap();
+        let sig = p.sign_async(s, &msg, 256).expect("C_Sign");
+        p.decrypt_init(s, &pkcs1, h).unwrap();
+        let plain = p.decrypt_async(s, &encrypt(b"both at once"), 256);
+        let (Err(sig), Err(plain)) = (sig, plain.expect("C_Decrypt")) else {
+            panic!("an asynchronous session's calls answer CKR_PENDING");
+        };
+        let mut pending = vec![(0, sig), (1, plain)];
+        if let Some(flag) = cancel {
+            p.session_cancel(s, flag).unwrap();
+            let gone = if flag == CKF_SIGN {
+                "C_Sign"
+            } else {
+                "C_Decrypt"
+            };
+            assert_eq!(
+                p.async_complete(s, gone),
+                Err(CKR_OPERATION_NOT_INITIALIZED),
+                "{gone} cancelled"
+            );
+            // The cancelled call's buffer stays with the module (its `AsyncOut` never frees
+            // it); only the other one is collected.
+            pending.retain(|(i, _)| (*i == 0) != (flag == CKF_SIGN));
+        }
+        for (i, r) in collect(&mut pending) {
+            let out = r.unwrap_or_else(|rv| panic!("call {i} ({cancel:?}): {rv:#x}"));
+            if i == 0 {
+                assert!(verifies(&key, &msg, &out), "the signature ({cancel:?})");
+            } else {
+                assert_eq!(out, b"both at once", "the plaintext ({cancel:?})");
+            }
+        }
+        p.close_session(s).unwrap();
+    }
+    p.close_session(owner).unwrap();
+}

@@ -47,6 +47,13 @@
                                     closed, then the other ("close": the daemon must exit within
                                     1 s of it) or kept ("hold": the daemon must exit about
                                     SECONDS after the signal, ending it)
+  robust.py bighello PORT          large ClientHellos (a padding extension, or one byte per
+                                    record): one whose records hold up to 64 KiB is answered
+                                    with a ServerHello, one beyond that is closed
+  robust.py reneg PORT CAFILE       a TLS 1.2 client in front of the echo service asks to
+                                    renegotiate (s_client's R): the proxy's no_renegotiation
+                                    alert must come at once, not with the application's next
+                                    bytes
   robust.py idletimeout PORT CAFILE SECONDS
                                     with idle_timeout = SECONDS in front of the echo service: an
                                     idle connection is closed cleanly after SECONDS (not much
@@ -613,6 +620,10 @@ def clientcert(port, cafile, back_port, cert, key, cn, resumes, cmd):
                 return tls.session, tls.session_reused
 
     def ssl_fields(n):
+        # The application answers before it records what it read: give it a moment.
+        until = time.monotonic() + 2
+        while len(seen) <= n and time.monotonic() < until:
+            time.sleep(0.01)
         f = seen[n].get(0x20, {}) if n < len(seen) else {}
         return f.get("client"), f.get("verify"), f.get(0x22)
 
@@ -743,6 +754,99 @@ def idletimeout(port, cafile, seconds):
     return busy_ok and idle_ok and timing_ok
 
 
+def padded_hello(pad, record):
+    """A TLS 1.3 ClientHello (X25519, ECDSA P-256 SHA-256, TLS_AES_128_GCM_SHA256) with a
+    padding extension of `pad` bytes (RFC 7685), in handshake records of at most `record`
+    bytes."""
+    def ext(t, body):
+        return struct.pack("!HH", t, len(body)) + body
+    name = b"localhost"
+    exts = ext(0, struct.pack("!HBH", len(name) + 3, 0, len(name)) + name)
+    exts += ext(10, struct.pack("!HH", 2, 0x001D))
+    exts += ext(13, struct.pack("!HH", 2, 0x0403))
+    exts += ext(43, bytes([2]) + struct.pack("!H", 0x0304))
+    exts += ext(51, struct.pack("!HHH", 36, 0x001D, 32) + os.urandom(32))
+    exts += ext(45, bytes([1, 1]))
+    exts += ext(21, bytes(pad))
+    body = b"\x03\x03" + os.urandom(32) + b"\x20" + os.urandom(32)
+    body += struct.pack("!HH", 2, 0x1301) + b"\x01\x00" + struct.pack("!H", len(exts)) + exts
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"".join(b"\x16\x03\x01" + struct.pack("!H", len(hs[i:i + record])) + hs[i:i + record]
+                    for i in range(0, len(hs), record))
+
+
+def first_answer(port, flight):
+    """What the server answers a first flight with: "ServerHello", "closed", or another."""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(flight)
+        try:
+            head = s.recv(6, socket.MSG_WAITALL)
+        except socket.timeout:
+            return "nothing within 5 s"
+        except OSError:
+            return "closed"
+    if not head:
+        return "closed"
+    if head[0] == 22 and len(head) == 6 and head[5] == 2:
+        return "ServerHello"
+    return f"record {head.hex()}"
+
+
+def bighello(port):
+    ok = True
+    for pad, record, want in [(200, 16384, "ServerHello"), (40000, 16384, "ServerHello"),
+                              (9000, 1, "ServerHello"), (65400, 16384, "closed")]:
+        flight = padded_hello(pad, record)
+        got = first_answer(port, flight)
+        print(f"    a ClientHello with {pad} bytes of padding, in {len(flight)} bytes of records "
+              f"of {record}: {got}")
+        ok &= got == want
+    return ok
+
+
+def reneg(port, cafile):
+    """s_client -tls1_2 through the proxy to the echo service: a line echoed, then R."""
+    import selectors
+    import subprocess
+    p = subprocess.Popen(["openssl", "s_client", "-connect", f"{HOST}:{port}", "-servername",
+                          "localhost", "-tls1_2", "-CAfile", cafile, "-msg"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    buf = b""
+
+    def wait_for(pattern, seconds):
+        nonlocal buf
+        deadline = time.monotonic() + seconds
+        while pattern not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return False
+            chunk = os.read(p.stdout.fileno(), 65536)
+            if not chunk:
+                return pattern in buf
+            buf += chunk
+        return True
+
+    try:
+        p.stdin.write(b"renegotiation test\n")
+        p.stdin.flush()
+        if not wait_for(b"\nrenegotiation test\n", 5):
+            print("    the line was not echoed")
+            return False
+        t0 = time.monotonic()
+        p.stdin.write(b"R\n")
+        p.stdin.flush()
+        got = wait_for(b"no_renegotiation", 3)
+        took = time.monotonic() - t0
+        print(f"    no_renegotiation alert: {f'after {took * 1000:.0f} ms' if got else 'none within 3 s'}")
+        return got and took < 1.5
+    finally:
+        p.kill()
+        p.wait()
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "fuzz":
@@ -769,6 +873,10 @@ def main():
     elif cmd == "drain":
         a = sys.argv
         ok = drain(int(a[2]), a[3], int(a[4]), float(a[5]), a[6])
+    elif cmd == "bighello":
+        ok = bighello(int(sys.argv[2]))
+    elif cmd == "reneg":
+        ok = reneg(int(sys.argv[2]), sys.argv[3])
     elif cmd == "idletimeout":
         ok = idletimeout(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:

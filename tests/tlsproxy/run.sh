@@ -51,7 +51,7 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 34
+pick_ports 36
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
@@ -59,7 +59,7 @@ P_PP2=$((BASE + 13)); P_PPB2=$((BASE + 14)); P_IT=$((BASE + 15)); P_ED=$((BASE +
 P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE + 20)); P_AE=$((BASE + 21))
 P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
 P_AN=$((BASE + 26)); P_H2=$((BASE + 27)); P_MT=$((BASE + 28)); P_MO=$((BASE + 29)); P_MTB=$((BASE + 30))
-P_OC=$((BASE + 31)); P_GQ=$((BASE + 32)); P_GW=$((BASE + 33))
+P_OC=$((BASE + 31)); P_GQ=$((BASE + 32)); P_GW=$((BASE + 33)); P_RA=$((BASE + 34)); P_RA2=$((BASE + 35))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -112,17 +112,22 @@ check "create -f pem (RSA-2048) --start: daemon listening" wait_port "$P_RSA"
 "${CFG[@]}" create -f pkcs12 -i "$W/ec.p12" -P "$W/p12pass" -p "$W/pin" -C web-ec -x "$HTTP" \
     127.0.0.1 "$P_EC" > "$W/create2.log" 2>&1
 check "create -f pkcs12 (ECDSA P-256), reload: listening" wait_port "$P_EC"
-# Ed25519 from PEM.
+# Ed25519 from PEM, into a file whose mode (0640) the rewrite keeps.
+chmod 640 "$CONF"
 "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C web-ed -x "$HTTP" \
     127.0.0.1 "$P_ED" > "$W/create9.log" 2>&1
 check "create -f pem (Ed25519), reload: listening" wait_port "$P_ED"
+mode_ok() { local m; m=$(stat -c %a "$CONF"); echo "    instance file mode after create: $m"; [ "$m" = 640 ]; }
+check "create rewrites the instance file with its mode kept (0640)" mode_ok
 # A refused option leaves nothing behind: no key in the token, no instance in the file.
 refused_ok() {
     local opt msg
     for opt in "--versions 1.4|unknown TLS version" "--handshake-timeout 0|between 1 and 3600" \
         "--idle-timeout 99999999999|at most" "--unknown-sni fallback|needs fallback_port" \
         "--alpn h2,h2|named twice" "--client-auth optional|go with client_ca_file" \
-        "--client-ca $W/ec.key|no certificate"; do
+        "--client-ca $W/ec.key|no certificate" \
+        "--versions 1.2 -c TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256|no usable cipher suite" \
+        "-F 0|0 is not in 1..=65535"; do
         msg=${opt#*|}
         # shellcheck disable=SC2086
         if "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C refused-key -x "$HTTP" \
@@ -136,6 +141,25 @@ refused_ok() {
         && ! grep -q "port = $P_IT" "$CONF"
 }
 check "create with a refused option: an error, and no key imported, no instance written" refused_ok
+# A listening socket that overlaps an instance's (the same port, the same address or a wildcard
+# covering it), or port 0: refused before anything is imported.
+refused_target_ok() {
+    local t msg
+    for t in "0.0.0.0 $P_RSA|overlaps instance 127.0.0.1-$P_RSA" "$P_RSA|0.0.0.0 (every IPv4 address) covers 127.0.0.1" \
+        ":: $P_EC|:: (every IPv6 and IPv4 address) covers 127.0.0.1" "127.0.0.1 0|bad port"; do
+        msg=${t#*|}
+        # shellcheck disable=SC2086
+        if "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C refused-key -x "$HTTP" \
+            ${t%%|*} > "$W/refused.log" 2>&1; then
+            echo "    accepted: ${t%%|*}"; return 1
+        fi
+        grep -qF "$msg" "$W/refused.log" || { sed 's/^/    /' "$W/refused.log"; return 1; }
+    done
+    sed 's/^/    /' "$W/refused.log"
+    ! pkcs11-tool --module "$MOD" --login --pin 'tls pin' --list-objects 2>/dev/null | grep -q refused-key \
+        && [ "$(grep -c "^port = $P_RSA" "$CONF")" = 1 ] && ! grep -q "^port = 0" "$CONF"
+}
+check "create on a port and address another instance listens on (or a wildcard covering it), or port 0: refused, no key imported" refused_target_ok
 
 # The keys are in the token, sensitive and never extractable.
 keys_ok() {
@@ -210,6 +234,12 @@ fallback_ok() {
     grep -q "^subject=CN *= *fallback-server" <<<"$out" && grep -q "Cipher is AES128-SHA" <<<"$out"
 }
 check "AES128-SHA-only ClientHello completes with the fallback server (its certificate)" fallback_ok
+groups_fallback_ok() { # no key-exchange group in common with the proxy: the fallback server
+    local out; out=$(s_client "$P_RSA" -tls1_3 -groups ffdhe2048)
+    grep -E "^subject=|Server Temp Key" <<<"$out" | sed 's/^/    /'
+    grep -q "^subject=CN *= *fallback-server" <<<"$out"
+}
+check "a TLS 1.3 ClientHello offering only ffdhe2048 (no group the proxy has) completes with the fallback server" groups_fallback_ok
 proxy_cert_ok() { s_client "$P_RSA" -tls1_2 | grep -q "^subject=CN *= *localhost"; }
 check "a ClientHello it can serve still gets the proxy's certificate" proxy_cert_ok
 
@@ -248,9 +278,13 @@ check "malformed, truncated, random and mutated first flights: all closed, then 
     python3 "$HERE/robust.py" fuzz "$P_ROB" "$W/ec.crt"
 check "a client stalled mid-handshake is dropped after the 2 s handshake timeout" \
     python3 "$HERE/robust.py" stall "$P_ROB" 2
+check "large ClientHellos (padding to 40 KB, one byte per record): served; records beyond 64 KiB: closed" \
+    python3 "$HERE/robust.py" bighello "$P_ROB"
 python3 "$HERE/robust.py" echo "$P_ECHO" &
 PIDS+=($!)
 wait_port "$P_ECHO" || fail "echo service did not start"
+check "a TLS 1.2 renegotiation attempt gets the no_renegotiation alert at once (the application idle)" \
+    python3 "$HERE/robust.py" reneg "$P_ROB" "$W/ec.crt"
 # Starts opencf-tlsproxy on W/STEM.toml in the background (pid file W/STEM.pid, errors in
 # W/STEM.log; variables assigned before the call reach it, THREADS=N gives it N runtime threads)
 # and waits until it listens on every PORT and has written its pid file; otherwise prints its log.
@@ -717,6 +751,37 @@ check "SIGQUIT: new connections refused at once, open ones served until they end
     graceful_ok graceful "$P_GQ" 1 close
 check "SIGQUIT to a supervisor with 2 workers: the same, and a connection left open is ended at drain_timeout (3 s)" \
     graceful_ok graceful-w "$P_GW" 2 hold
+
+# --- reload: an instance's address changed on the same port ----------------------------------
+# A daemon of its own: 127.0.0.1:P_RA, then the same port on every address and a new instance on
+# P_RA2 (the old listener closed before the new one is bound), then back to 127.0.0.1 with an
+# instance on a port another process holds: that reload fails and the listener closed for it is
+# bound again.
+readdr_toml() { # ADDRESS_LINE_FILTER: the instance on P_RA (its address line kept or dropped), then more
+    { printf 'module = "%s"\n' "$MOD"; instance_toml "$P_RA" ec | grep -v "$1"; shift; for p in "$@"; do instance_toml "$p" ec; done; } > "$W/readdr.toml"
+}
+readdr_wait() { # PATTERN: the daemon logs it (10 s at most)
+    for _ in $(seq 100); do grep -q "$1" "$W/readdr.log" && return 0; sleep 0.1; done
+    sed 's/^/    /' "$W/readdr.log"; return 1
+}
+reload_address_ok() {
+    readdr_toml '^$' && start_daemon readdr "$P_RA" || return 1
+    readdr_toml '^address' "$P_RA2"
+    kill -HUP "$(cat "$W/readdr.pid")" && readdr_wait "reloaded: 2 started, 0 updated, 1 stopped" || return 1
+    grep -E "listening|reload" "$W/readdr.log" | sed 's/^/    /'
+    grep -q "instance $P_RA listening on 0.0.0.0:$P_RA " "$W/readdr.log" \
+        && curl_ok "$P_RA" "$W/ec.crt" && curl_ok "$P_RA2" "$W/ec.crt" || return 1
+    readdr_toml '^$' "$P_RA2" "$HTTP"
+    kill -HUP "$(cat "$W/readdr.pid")" && readdr_wait "reload failed" || return 1
+    grep "reload failed" "$W/readdr.log" | sed 's/^/    /'
+    curl_ok "$P_RA" "$W/ec.crt" && curl_ok "$P_RA2" "$W/ec.crt" || return 1
+    if command -v ss >/dev/null; then
+        ss -ltnH "sport = :$P_RA" | grep -q "0.0.0.0:$P_RA " || { echo "    not listening on 0.0.0.0:$P_RA"; return 1; }
+    fi
+    sigterm_ok readdr "$P_RA" "$P_RA2"
+}
+check "SIGHUP moving an instance from 127.0.0.1 to every address on its port: applied with a new instance; a reload failing after that move binds the old listener again" \
+    reload_address_ok
 
 # --- the accelerator provider behind the proxy ------------------------------------------------
 # A daemon of its own whose libopencf.so has libopencf_accel.so beside it (the built-in default

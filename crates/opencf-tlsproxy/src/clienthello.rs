@@ -1,16 +1,20 @@
 //! Reads the first flight of a TLS connection without consuming it: the record layer is
 //! reassembled until the whole ClientHello handshake message is present, then the parts the
-//! proxy decides on (offered versions, cipher suites, signature schemes, SNI, application
-//! protocols) are extracted.
+//! proxy decides on (offered versions, cipher suites, signature schemes, key-exchange groups,
+//! SNI, application protocols) are extracted.
 //! The bytes themselves are kept by the caller and replayed either into rustls or, untouched,
 //! to the fallback port.
 
 /// Largest ClientHello accepted (a post-quantum key share makes them a few KiB).
 pub const MAX_HELLO: usize = 64 * 1024;
+/// The most bytes of records, headers included, that may carry the ClientHello: rustls holds
+/// no more of a handshake message it is joining (65,535 bytes).
+pub const MAX_FIRST_FLIGHT: usize = 0xffff;
 
 const CONTENT_HANDSHAKE: u8 = 22;
 const HS_CLIENT_HELLO: u8 = 1;
 const EXT_SERVER_NAME: u16 = 0;
+const EXT_SUPPORTED_GROUPS: u16 = 10;
 const EXT_SIGNATURE_ALGORITHMS: u16 = 13;
 const EXT_ALPN: u16 = 16;
 const EXT_SUPPORTED_VERSIONS: u16 = 43;
@@ -22,6 +26,9 @@ pub struct Hello {
     pub versions: Vec<u16>,
     pub suites: Vec<u16>,
     pub sig_schemes: Vec<u16>,
+    /// Key-exchange groups offered (`supported_groups`), GREASE removed; empty without the
+    /// extension.
+    pub groups: Vec<u16>,
     pub sni: Option<String>,
     /// The application protocols offered (ALPN), in the client's order; `None` without the
     /// extension.
@@ -178,6 +185,7 @@ fn parse_body(body: &[u8]) -> Option<Hello> {
                     }
                 }
                 EXT_SIGNATURE_ALGORITHMS => h.sig_schemes = u16_list(d.vec16()?)?,
+                EXT_SUPPORTED_GROUPS => h.groups = u16_list(d.vec16()?)?,
                 EXT_SUPPORTED_VERSIONS => supported_versions = Some(u16_list(d.vec8()?)?),
                 EXT_ALPN => {
                     // ProtocolNameList: at least one name, none empty (RFC 7301, 3.1).
@@ -284,10 +292,17 @@ pub(crate) mod tests {
             list.push(n.len() as u8);
             list.extend_from_slice(n);
         }
-        let mut ext = 16u16.to_be_bytes().to_vec();
-        ext.extend_from_slice(&((list.len() + 2) as u16).to_be_bytes());
-        ext.extend_from_slice(&(list.len() as u16).to_be_bytes());
-        ext.extend_from_slice(&list);
+        let mut body = (list.len() as u16).to_be_bytes().to_vec();
+        body.extend_from_slice(&list);
+        with_extension(rec, EXT_ALPN, &body)
+    }
+
+    /// `build`'s record with an extension of type `ty` added at the end. The record length
+    /// is only right while the record stays under 64 KiB; the handshake message is.
+    pub fn with_extension(rec: &[u8], ty: u16, body: &[u8]) -> Vec<u8> {
+        let mut ext = ty.to_be_bytes().to_vec();
+        ext.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        ext.extend_from_slice(body);
         // The record, handshake and extensions lengths each grow by the extension's size.
         let mut out = rec.to_vec();
         let grow = |at: usize, bytes: usize, out: &mut Vec<u8>| {
@@ -308,6 +323,26 @@ pub(crate) mod tests {
         grow(exts_at, 2, &mut out);
         out.extend_from_slice(&ext);
         out
+    }
+
+    #[test]
+    fn parses_groups() {
+        let rec = build(&[0x1301], None, Some(&[0x0304]), &[0x0403]);
+        let Peek::Hello(h) = peek(&rec) else {
+            panic!("not parsed")
+        };
+        assert!(h.groups.is_empty());
+        let rec = with_extension(
+            &rec,
+            EXT_SUPPORTED_GROUPS,
+            &[0, 6, 0x2a, 0x2a, 0, 0x1d, 0, 0x17],
+        );
+        let Peek::Hello(h) = peek(&rec) else {
+            panic!("not parsed")
+        };
+        assert_eq!(h.groups, vec![0x001d, 0x0017]);
+        let odd = with_extension(&rec, EXT_SUPPORTED_GROUPS, &[0, 1, 0]);
+        assert!(matches!(peek(&odd), Peek::Invalid(_)));
     }
 
     #[test]

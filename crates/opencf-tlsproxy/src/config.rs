@@ -38,7 +38,12 @@
 
 use crate::Result;
 use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
+
+/// The mode of an instance file that `tlsproxycfg` creates: it may hold a PIN (a key URI's
+/// `pin-value`), so only its owner reads it. An existing file keeps its mode.
+pub const NEW_FILE_MODE: u32 = 0o600;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +252,40 @@ pub struct Instance {
     pub sni: Vec<SniSite>,
 }
 
+/// An instance's listening address: an IP address (IPv4-mapped IPv6 ones as IPv4), or a host
+/// name, resolved only when the listener is bound.
+#[derive(Debug, PartialEq, Eq)]
+enum ListenHost {
+    Ip(IpAddr),
+    Name(String),
+}
+
+impl ListenHost {
+    /// Whether a listener on this address takes the connections of `other` too.
+    fn covers(&self, other: &ListenHost) -> bool {
+        match self {
+            ListenHost::Ip(IpAddr::V6(a)) if a.is_unspecified() => true,
+            ListenHost::Ip(IpAddr::V4(a)) if a.is_unspecified() => {
+                !matches!(other, ListenHost::Ip(IpAddr::V6(_)))
+            }
+            _ => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            ListenHost::Ip(IpAddr::V6(a)) if a.is_unspecified() => {
+                ":: (every IPv6 and IPv4 address)".into()
+            }
+            ListenHost::Ip(IpAddr::V4(a)) if a.is_unspecified() => {
+                "0.0.0.0 (every IPv4 address)".into()
+            }
+            ListenHost::Ip(ip) => ip.to_string(),
+            ListenHost::Name(n) => n.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SniSite {
@@ -315,8 +354,59 @@ impl Instance {
         self.port == port && self.address.as_deref() == address
     }
 
+    /// The address the listener is bound to, as far as the file tells without resolving
+    /// names.
+    fn listen_host(&self) -> ListenHost {
+        let Some(a) = self.address.as_deref() else {
+            return ListenHost::Ip(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        };
+        let a = a
+            .strip_prefix('[')
+            .and_then(|x| x.strip_suffix(']'))
+            .unwrap_or(a);
+        match a.parse::<IpAddr>() {
+            // An IPv4-mapped IPv6 address takes the IPv4 address's connections.
+            Ok(IpAddr::V6(v6)) => {
+                ListenHost::Ip(v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4))
+            }
+            Ok(ip) => ListenHost::Ip(ip),
+            Err(_) => ListenHost::Name(a.to_ascii_lowercase()),
+        }
+    }
+
+    /// Why this instance's listening socket and `other`'s cannot both be bound, if they
+    /// cannot: the same port, and the same address or one address a wildcard that covers the
+    /// other. `0.0.0.0` (or no address) covers every IPv4 address; `::` is bound dual-stack
+    /// (the Linux default), so it covers every IPv6 and every IPv4 address. A host name is
+    /// compared as written, and is taken to be covered by either wildcard.
+    pub fn overlap(&self, other: &Instance) -> Option<String> {
+        if self.port != other.port {
+            return None;
+        }
+        let (a, b) = (self.listen_host(), other.listen_host());
+        if a == b {
+            return Some("the same address".into());
+        }
+        let why = [(&a, &b), (&b, &a)]
+            .into_iter()
+            .find(|(w, x)| w.covers(x))
+            .map(|(w, x)| format!("{} covers {}", w.describe(), x.describe()));
+        why
+    }
+
     fn check(&self) -> Result<()> {
         let n = self.name();
+        for (what, port) in [
+            ("port", Some(self.port)),
+            ("proxy_port", Some(self.proxy_port)),
+            ("fallback_port", self.fallback_port),
+        ] {
+            if port == Some(0) {
+                return Err(format!(
+                    "instance {n}: {what} = 0: a port is a number from 1 to 65535"
+                ));
+            }
+        }
         for v in &self.versions {
             if v != "1.2" && v != "1.3" {
                 return Err(format!(
@@ -412,26 +502,70 @@ impl Config {
                 "drain_timeout = {t}: at most {MAX_DRAIN_TIMEOUT} seconds"
             ));
         }
-        let mut seen = std::collections::HashSet::new();
-        for i in &c.instances {
+        for (k, i) in c.instances.iter().enumerate() {
             i.check()?;
-            if !seen.insert((i.address.clone(), i.port)) {
-                return Err(format!("instance {} is defined twice", i.name()));
+            for earlier in &c.instances[..k] {
+                if earlier.is(i.address.as_deref(), i.port) {
+                    return Err(format!("instance {} is defined twice", i.name()));
+                }
+                if let Some(why) = earlier.overlap(i) {
+                    return Err(format!(
+                        "instance {} overlaps instance {}: both listen on port {} and {why}; \
+                         a port takes one instance per address, and one listening on all \
+                         addresses takes that port alone",
+                        i.name(),
+                        earlier.name(),
+                        i.port
+                    ));
+                }
             }
         }
         Ok(c)
     }
 
-    /// Writes the file atomically (temporary file in the same directory, then rename).
+    /// Writes the file atomically (temporary file in the same directory, then rename). An
+    /// existing file keeps its mode, and its owner and group where this process may set them
+    /// (else the group and others lose their access); a new file gets [`NEW_FILE_MODE`].
     pub fn save(&self, path: &Path) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
         let text = toml::to_string_pretty(self).map_err(|e| e.to_string())?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
+        let old = std::fs::metadata(path).ok();
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
         let body = format!("# opencf-tlsproxy instances (written by tlsproxycfg)\n{text}");
-        std::fs::write(&tmp, body).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+        let _ = std::fs::remove_file(&tmp);
+        let write = || -> std::io::Result<()> {
+            // Readable by the owner alone until the mode is set.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            let mut mode = old.as_ref().map_or(NEW_FILE_MODE, |m| m.mode() & 0o777);
+            if let Some(m) = &old {
+                let now = f.metadata()?;
+                if (now.uid(), now.gid()) != (m.uid(), m.gid())
+                    && std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid())).is_err()
+                    && std::os::unix::fs::fchown(&f, None, Some(m.gid())).is_err()
+                {
+                    mode &= 0o700;
+                }
+            }
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            f.write_all(body.as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!("{}: {e}", tmp.display()));
+        }
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("{}: {e}", path.display())
+        })
     }
 
     /// The default file: `/etc/opencf/tlsproxy.toml` for root, else
@@ -573,5 +707,94 @@ mod tests {
         for bad in ["workers = 0", "workers = 65"] {
             assert!(Config::parse(bad).unwrap_err().contains("between 1 and 64"));
         }
+    }
+
+    fn with_addresses(list: &[(Option<&str>, u16)]) -> Result<Config> {
+        let mut text = String::new();
+        for (a, port) in list {
+            text.push_str("[[instance]]\n");
+            if let Some(a) = a {
+                text.push_str(&format!("address = \"{a}\"\n"));
+            }
+            text.push_str(&format!(
+                "port = {port}\nproxy_port = 2\nkey_uri = \"x\"\ncert_file = \"/c\"\n"
+            ));
+        }
+        Config::parse(&text)
+    }
+
+    #[test]
+    fn overlapping_listeners_refused() {
+        let refused = [
+            [(None, 443), (Some("127.0.0.1"), 443)],
+            [(Some("127.0.0.1"), 443), (Some("0.0.0.0"), 443)],
+            [(None, 443), (Some("0.0.0.0"), 443)],
+            [(Some("::"), 443), (None, 443)],
+            [(Some("::"), 443), (Some("127.0.0.1"), 443)],
+            [(Some("::1"), 443), (Some("[::]"), 443)],
+            [(Some("::1"), 443), (Some("[::1]"), 443)],
+            [(Some("::ffff:127.0.0.1"), 443), (Some("127.0.0.1"), 443)],
+            [(Some("localhost"), 443), (None, 443)],
+            [(Some("localhost"), 443), (Some("LocalHost"), 443)],
+        ];
+        for pair in refused {
+            let e = with_addresses(&pair).unwrap_err();
+            assert!(e.contains("overlaps instance"), "{pair:?}: {e}");
+        }
+        let e = with_addresses(&[(Some("127.0.0.1"), 443), (None, 443)]).unwrap_err();
+        assert!(
+            e.contains("0.0.0.0 (every IPv4 address) covers 127.0.0.1"),
+            "{e}"
+        );
+        let accepted = [
+            [(None, 443), (None, 444)],
+            [(Some("127.0.0.1"), 443), (Some("127.0.0.2"), 443)],
+            [(None, 443), (Some("::1"), 443)],
+            [(Some("127.0.0.1"), 443), (Some("::1"), 443)],
+            [(Some("::1"), 443), (Some("::2"), 443)],
+            [(Some("localhost"), 443), (Some("127.0.0.1"), 443)],
+        ];
+        for pair in accepted {
+            assert!(with_addresses(&pair).is_ok(), "{pair:?}");
+        }
+        let e = with_addresses(&[(Some("127.0.0.1"), 443), (Some("127.0.0.1"), 443)]);
+        assert!(e.unwrap_err().contains("defined twice"));
+    }
+
+    #[test]
+    fn port_zero_refused() {
+        let one = |extra: &str, port: u16, proxy: u16| {
+            Config::parse(&format!(
+                "[[instance]]\nport = {port}\nproxy_port = {proxy}\nkey_uri = \"x\"\ncert_file = \"/c\"\n{extra}"
+            ))
+        };
+        assert!(one("", 0, 2).unwrap_err().contains("port = 0"));
+        assert!(one("", 1, 0).unwrap_err().contains("proxy_port = 0"));
+        assert!(one("fallback_port = 0", 1, 2)
+            .unwrap_err()
+            .contains("fallback_port = 0"));
+        assert!(one("fallback_port = 3", 1, 2).is_ok());
+    }
+
+    #[test]
+    fn save_keeps_the_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let mut c = Config::default();
+        let mut i = Instance::new(None, 8443, 8080, "pkcs11:object=k?pin-value=1234".into());
+        i.cert_file = Some("/c.pem".into());
+        c.instances.push(i);
+        let new = dir.path().join("new.toml");
+        c.save(&new).unwrap();
+        assert_eq!(mode(&new), NEW_FILE_MODE);
+        assert_eq!(Config::load(&new).unwrap(), c);
+        for m in [0o600, 0o640, 0o644] {
+            std::fs::set_permissions(&new, std::fs::Permissions::from_mode(m)).unwrap();
+            c.save(&new).unwrap();
+            assert_eq!(mode(&new), m);
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file left");
     }
 }

@@ -2,13 +2,15 @@
 //! The private key becomes a token object with CKA_SENSITIVE=TRUE and CKA_EXTRACTABLE=FALSE
 //! (so it can never be read back); the certificate is stored beside it under the same label.
 
-use crate::token::{Module, ED25519_PARAMS, P256_PARAMS, P384_PARAMS};
+use crate::token::{Module, Token, ED25519_PARAMS, P256_PARAMS, P384_PARAMS};
 use crate::Result;
-use cryptoki::object::{Attribute, CertificateType, KeyType, ObjectClass};
+use cryptoki::object::{Attribute, CertificateType, KeyType, ObjectClass, ObjectHandle};
 use openssl::nid::Nid;
 use openssl::pkey::{Id, PKey, Private};
 use openssl::x509::X509;
+use rustls::SignatureAlgorithm;
 use std::path::Path;
+use std::sync::Arc;
 
 /// A key and its certificate chain, leaf first.
 pub struct KeyAndChain {
@@ -66,7 +68,33 @@ fn finish(path: &Path, key: PKey<Private>, chain: Vec<X509>) -> Result<KeyAndCha
     Ok(KeyAndChain { key, chain })
 }
 
+/// The key and certificate objects an import created.
+pub struct Imported {
+    token: Arc<Token>,
+    objects: [ObjectHandle; 2],
+}
+
+impl Imported {
+    /// Destroys them again (a `create` that fails after the import leaves nothing behind).
+    pub fn remove(self) -> Result<()> {
+        for o in self.objects {
+            self.token.with_session(|s| s.destroy_object(o))?;
+        }
+        Ok(())
+    }
+}
+
 impl KeyAndChain {
+    /// The TLS signature algorithm of the key: which TLS 1.2 suites it can serve.
+    pub fn algorithm(&self) -> Result<SignatureAlgorithm> {
+        match self.key.id() {
+            Id::RSA => Ok(SignatureAlgorithm::RSA),
+            Id::EC => Ok(SignatureAlgorithm::ECDSA),
+            Id::ED25519 => Ok(SignatureAlgorithm::ED25519),
+            _ => Err("only RSA, EC (P-256, P-384) and Ed25519 keys can be imported".into()),
+        }
+    }
+
     /// The chain as PEM text.
     pub fn chain_pem(&self) -> Result<String> {
         let mut out = String::new();
@@ -148,7 +176,7 @@ impl KeyAndChain {
         token: Option<&str>,
         pin: Option<String>,
         label: &str,
-    ) -> Result<()> {
+    ) -> Result<Imported> {
         let t = module.token(token, pin)?;
         let id = self.id()?;
         for class in [ObjectClass::PRIVATE_KEY, ObjectClass::CERTIFICATE] {
@@ -176,10 +204,15 @@ impl KeyAndChain {
             Attribute::Value(leaf.to_der().map_err(|e| e.to_string())?),
         ];
         let key = t.with_session(|s| s.create_object(&key_t))?;
-        if let Err(e) = t.with_session(|s| s.create_object(&cert_t)) {
-            let _ = t.with_session(|s| s.destroy_object(key));
-            return Err(e);
+        match t.with_session(|s| s.create_object(&cert_t)) {
+            Ok(cert) => Ok(Imported {
+                token: t,
+                objects: [key, cert],
+            }),
+            Err(e) => {
+                let _ = t.with_session(|s| s.destroy_object(key));
+                Err(e)
+            }
         }
-        Ok(())
     }
 }

@@ -14,7 +14,7 @@
 //! With `workers = N > 1` this runs in each worker process ([`crate::workers`]): listeners are
 //! bound with `SO_REUSEPORT`, so that the kernel spreads new connections over the workers.
 
-use crate::clienthello::{peek, Peek, MAX_HELLO};
+use crate::clienthello::{peek, Peek, MAX_FIRST_FLIGHT};
 use crate::config::{Config, Instance, DEFAULT_DRAIN_TIMEOUT};
 use crate::proxy_header;
 use crate::stats::{self, inc, Active};
@@ -22,7 +22,7 @@ use crate::tickets::TicketSecret;
 use crate::tls::{resumption_key, subject_cn, suite_name, Decision, InstanceTls, Resumption};
 use crate::token::{default_module, Module};
 use crate::Result;
-use rustls::server::Acceptor;
+use rustls::server::{Accepted, AcceptedAlert, Acceptor};
 use rustls::ServerConfig;
 use std::collections::HashMap;
 use std::io;
@@ -128,8 +128,12 @@ impl Proxy {
         v
     }
 
-    /// Brings the running instances in line with `cfg`. Every instance is built before any is
-    /// changed; on error nothing changes. Returns what was started, updated and stopped.
+    /// Brings the running instances in line with `cfg`. Every instance is built, and every
+    /// new listener bound, before any running instance changes; on error nothing changes.
+    /// A new listener whose socket overlaps one of an instance that leaves (the same port, its
+    /// address now all addresses or the reverse) can only be bound once that one is closed:
+    /// such listeners are closed first, and bound again if the reload fails. Returns what was
+    /// started, updated and stopped.
     pub async fn apply(&mut self, cfg: &Config) -> Result<(usize, usize, usize)> {
         if cfg.module.as_ref().is_some_and(|m| *m != self.module.path) {
             crate::log_line!("a new module path takes effect at restart only");
@@ -141,7 +145,7 @@ impl Proxy {
             }
         }
         let mut built = Vec::new();
-        for inst in wanted {
+        for inst in &wanted {
             let key = (inst.address.clone(), inst.port);
             let rkey = resumption_key(inst)?;
             let res = match self.running.get(&key) {
@@ -149,25 +153,62 @@ impl Proxy {
                 _ => Resumption::with_key(inst, &self.secret, rkey),
             };
             let module = self.module.clone();
-            let i2 = inst.clone();
+            let i2 = (*inst).clone();
             let r2 = res.clone();
             // Building talks to the token (blocking calls): keep it off the reactor threads.
             let tls = tokio::task::spawn_blocking(move || InstanceTls::build(&module, &i2, &r2))
                 .await
                 .map_err(|e| e.to_string())??;
-            let listener = if self.running.contains_key(&key) {
-                None
-            } else {
-                Some(listen(&inst.listen_addr(), self.reuseport).await?)
-            };
-            built.push((key, inst.clone(), tls, res, listener));
+            built.push((key, (*inst).clone(), tls, res));
+        }
+        let gone: Vec<_> = self
+            .running
+            .keys()
+            .filter(|k| !wanted.iter().any(|i| i.is(k.0.as_deref(), k.1)))
+            .cloned()
+            .collect();
+        // Listeners of leaving instances closed to make way for a new one, with their state.
+        let mut closed: Vec<((Option<String>, u16), Running)> = Vec::new();
+        let mut listeners = HashMap::new();
+        for (key, inst, _, _) in &built {
+            if self.running.contains_key(key) {
+                continue;
+            }
+            for k in &gone {
+                let overlaps = self
+                    .running
+                    .get(k)
+                    .is_some_and(|r| r.tx.borrow().inst.overlap(inst).is_some());
+                if overlaps {
+                    let mut r = self.running.remove(k).expect("running instance");
+                    r.task.abort();
+                    // The listener is closed once its task is dropped.
+                    let _ = (&mut r.task).await;
+                    closed.push((k.clone(), r));
+                }
+            }
+            match listen(&inst.listen_addr(), self.reuseport).await {
+                Ok(l) => {
+                    listeners.insert(key.clone(), l);
+                }
+                Err(e) => {
+                    drop(listeners);
+                    self.reopen(closed).await;
+                    return Err(e);
+                }
+            }
+        }
+        for (k, _) in &closed {
+            crate::log_line!(
+                "instance {} stopped listening to make way for a new instance on its port",
+                k.0.as_ref()
+                    .map_or(k.1.to_string(), |a| format!("{a}-{}", k.1))
+            );
         }
         let (mut started, mut updated) = (0, 0);
-        let mut keep = Vec::new();
-        for (key, inst, tls, res, listener) in built {
-            keep.push(key.clone());
+        for (key, inst, tls, res) in built {
             let state = Arc::new(State { inst, tls });
-            match listener {
+            match listeners.remove(&key) {
                 None => {
                     let r = self.running.get_mut(&key).expect("running instance");
                     r.tx.send_replace(state);
@@ -188,12 +229,6 @@ impl Proxy {
                 }
             }
         }
-        let gone: Vec<_> = self
-            .running
-            .keys()
-            .filter(|k| !keep.contains(k))
-            .cloned()
-            .collect();
         for k in &gone {
             if let Some(r) = self.running.remove(k) {
                 r.task.abort();
@@ -206,6 +241,23 @@ impl Proxy {
                 .unwrap_or(crate::token::DEFAULT_MAX_OFFLOADED_SIGNATURES),
         );
         Ok((started, updated, gone.len()))
+    }
+
+    /// Binds again the listeners closed by a reload that then failed, with the state they had.
+    async fn reopen(&mut self, closed: Vec<((Option<String>, u16), Running)>) {
+        for (key, mut r) in closed {
+            let addr = r.tx.borrow().inst.listen_addr();
+            match listen(&addr, self.reuseport).await {
+                Ok(l) => {
+                    r.task = tokio::spawn(accept_loop(l, r.tx.subscribe()));
+                    self.running.insert(key, r);
+                }
+                Err(e) => crate::log_line!(
+                    "instance {} no longer listens: {e}",
+                    r.tx.borrow().inst.name()
+                ),
+            }
+        }
     }
 }
 
@@ -239,7 +291,7 @@ pub async fn handle(mut stream: TcpStream, st: Arc<State>) {
                 inc(s.malformed);
                 return;
             }
-            Peek::Incomplete if buf.len() > MAX_HELLO + 4096 => {
+            Peek::Incomplete if buf.len() >= MAX_FIRST_FLIGHT => {
                 inc(s.malformed);
                 return;
             }
@@ -307,7 +359,7 @@ impl LastByte {
 /// or, with an idle timeout, no byte has passed for that long (counted, and an error).
 async fn relay<A, B>(a: &mut Counted<A>, b: &mut B, idle: u64) -> io::Result<()>
 where
-    A: AsyncRead + AsyncWrite + Unpin,
+    A: AsyncRead + AsyncWrite + PendingWrites + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
     let Some(last) = (idle > 0).then(LastByte::new) else {
@@ -346,6 +398,41 @@ async fn fallback(stream: TcpStream, first: &[u8], port: u16, inst: &Instance) {
     let _ = relay(&mut counted, &mut up, inst.idle_timeout).await;
 }
 
+/// The first flight given to rustls.
+// Made once per connection and taken apart at once: boxing the large variant would only add
+// an allocation.
+#[allow(clippy::large_enum_variant)]
+enum FirstFlight<'a> {
+    /// The ClientHello, and the bytes that followed it.
+    Accepted(Accepted, &'a [u8]),
+    /// Not a ClientHello rustls reads.
+    Malformed,
+    /// A ClientHello rustls refuses, with the alert to send.
+    Refused(AcceptedAlert),
+}
+
+/// Feeds the first flight (a whole ClientHello, as [`peek`] found it, maybe followed by more)
+/// to a rustls [`Acceptor`] a piece at a time, asking for the ClientHello after each: rustls
+/// holds at most one record's worth (about 18 KiB) of bytes it has not looked at, and takes a
+/// handshake message of up to 64 KiB once it has seen its start, so a large ClientHello (a
+/// padding extension, post-quantum key shares, or many small records) must not be given to
+/// it at once.
+fn accept_first_flight(first: &[u8]) -> FirstFlight<'_> {
+    let mut acceptor = Acceptor::default();
+    let mut rd = first;
+    while !rd.is_empty() {
+        if !matches!(acceptor.read_tls(&mut rd), Ok(n) if n > 0) {
+            return FirstFlight::Malformed;
+        }
+        match acceptor.accept() {
+            Ok(Some(a)) => return FirstFlight::Accepted(a, rd),
+            Ok(None) => {}
+            Err((_, alert)) => return FirstFlight::Refused(alert),
+        }
+    }
+    FirstFlight::Malformed
+}
+
 /// Counts a handshake error: alerts received from the peer, or the fatal alert rustls sends.
 fn handshake_error(e: &io::Error) {
     let s = stats::get();
@@ -370,24 +457,13 @@ async fn serve(
     let addrs = inst
         .proxy_protocol
         .and_then(|_| stream.peer_addr().ok().zip(stream.local_addr().ok()));
-    let mut acceptor = Acceptor::default();
-    let mut rd = first;
-    while !rd.is_empty() {
-        match acceptor.read_tls(&mut rd) {
-            Ok(n) if n > 0 => {}
-            _ => {
-                inc(s.malformed);
-                return;
-            }
-        }
-    }
-    let accepted = match acceptor.accept() {
-        Ok(Some(a)) => a,
-        Ok(None) => {
+    let (accepted, rest) = match accept_first_flight(first) {
+        FirstFlight::Accepted(a, rest) => (a, rest),
+        FirstFlight::Malformed => {
             inc(s.malformed);
             return;
         }
-        Err((_, mut alert)) => {
+        FirstFlight::Refused(mut alert) => {
             inc(s.handshake_failures);
             inc(s.alerts_sent);
             let mut out = Vec::new();
@@ -397,7 +473,22 @@ async fn serve(
             return;
         }
     };
-    let accept = StartHandshake::from_parts(accepted, stream).into_stream(cfg);
+    // What the client sent after its ClientHello, in the same flight, goes to the
+    // connection before any byte read from the socket.
+    let mut whole = true;
+    let accept = StartHandshake::from_parts(accepted, stream).into_stream_with(cfg, |conn| {
+        let mut rd = rest;
+        while !rd.is_empty() {
+            if !matches!(conn.read_tls(&mut rd), Ok(n) if n > 0) {
+                whole = false;
+                break;
+            }
+        }
+    });
+    if !whole {
+        inc(s.malformed);
+        return;
+    }
     let mut tls = match timeout_at(deadline, accept).await {
         Err(_) => {
             inc(s.handshake_timeouts);
@@ -486,7 +577,27 @@ pub struct Counted<S> {
     last: Option<Arc<LastByte>>,
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+/// A stream that can have bytes of its own to send after a read: rustls answers some records
+/// itself (a `no_renegotiation` alert to a TLS 1.2 renegotiation attempt, its own
+/// `KeyUpdate` to a TLS 1.3 one that asks for it) and queues the answer until the next write
+/// or flush.
+pub trait PendingWrites {
+    fn has_pending_writes(&self) -> bool;
+}
+
+impl PendingWrites for TcpStream {
+    fn has_pending_writes(&self) -> bool {
+        false
+    }
+}
+
+impl<IO> PendingWrites for tokio_rustls::server::TlsStream<IO> {
+    fn has_pending_writes(&self) -> bool {
+        self.get_ref().1.wants_write()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + PendingWrites + Unpin> AsyncRead for Counted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -500,6 +611,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
             if let Some(l) = &self.last {
                 l.touch();
             }
+        }
+        // What the read made the stream answer goes out now: the relay flushes this side
+        // only after it writes the application's bytes, which may never come (the peer waits
+        // for the answer). A flush that cannot finish is woken by the socket; an error shows
+        // at the next write.
+        if self.inner.has_pending_writes() {
+            let _ = Pin::new(&mut self.inner).poll_flush(cx);
         }
         r
     }
@@ -642,4 +760,61 @@ pub fn stop_signals() -> Result<Signals> {
         int: sig(SignalKind::interrupt())?,
         quit: sig(SignalKind::quit())?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clienthello::tests::{build, with_extension};
+
+    /// A TLS 1.3 ClientHello handshake message padded (RFC 7685) with `pad` bytes, in records
+    /// of at most `record` bytes.
+    fn padded_hello(pad: usize, record: usize) -> Vec<u8> {
+        let rec = build(&[0x1301], Some("localhost"), Some(&[0x0304]), &[0x0403]);
+        let groups = with_extension(&rec, 10, &[0, 2, 0, 0x1d]);
+        let mut share = vec![0, 36, 0, 0x1d, 0, 32];
+        share.extend_from_slice(&[9; 32]);
+        let shared = with_extension(&groups, 51, &share);
+        let hs = with_extension(&shared, 21, &vec![0; pad])[5..].to_vec();
+        let mut out = Vec::new();
+        for chunk in hs.chunks(record) {
+            out.extend_from_slice(&[22, 3, 1]);
+            out.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+            out.extend_from_slice(chunk);
+        }
+        out
+    }
+
+    #[test]
+    fn large_first_flights_are_accepted() {
+        for (pad, record) in [(100, 16384), (30_000, 16384), (60_000, 16384), (9_000, 1)] {
+            let flight = padded_hello(pad, record);
+            assert!(
+                matches!(peek(&flight), Peek::Hello(_)),
+                "{pad} in records of {record}"
+            );
+            match accept_first_flight(&flight) {
+                FirstFlight::Accepted(a, rest) => {
+                    assert_eq!(a.client_hello().server_name(), Some("localhost"));
+                    assert!(rest.is_empty());
+                }
+                _ => panic!("{pad} bytes of padding in records of {record}: not accepted"),
+            }
+        }
+        // Bytes after the ClientHello that rustls has not read yet are handed back, to go to
+        // the connection.
+        let mut flight = padded_hello(20_000, 16384);
+        let after: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        flight.extend_from_slice(&after);
+        match accept_first_flight(&flight) {
+            FirstFlight::Accepted(_, rest) => {
+                assert!(!rest.is_empty() && after.ends_with(rest), "{}", rest.len())
+            }
+            _ => panic!("not accepted"),
+        }
+        assert!(matches!(
+            accept_first_flight(&padded_hello(100, 16384)[..50]),
+            FirstFlight::Malformed
+        ));
+    }
 }

@@ -29,6 +29,9 @@ pub const SECRET_LEN: usize = 32;
 /// Ticket keys change every 6 hours; tickets of the previous epoch are still accepted.
 pub const ROTATION: u64 = 6 * 3600;
 
+/// The longest ticket lifetime a server may announce (RFC 8446, 4.6.1: seven days).
+pub const MAX_TICKET_LIFETIME: u32 = 7 * 86400;
+
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
 const LABEL: &[u8] = b"opencf-tlsproxy ticket key v1";
@@ -150,8 +153,10 @@ impl ProducesTickets for Tickets {
     fn enabled(&self) -> bool {
         true
     }
+    /// The lifetime announced to clients: the session timeout, at most
+    /// [`MAX_TICKET_LIFETIME`] (the timeout sealed inside still applies).
     fn lifetime(&self) -> u32 {
-        self.ttl
+        self.ttl.min(MAX_TICKET_LIFETIME)
     }
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
         self.encrypt_at(plain, unix_now())
@@ -186,6 +191,15 @@ mod tests {
             Some(&b"now"[..])
         );
         assert_eq!(a.lifetime(), 86400);
+    }
+
+    #[test]
+    fn lifetime_hint_at_most_seven_days() {
+        let s = TicketSecret::random().unwrap();
+        assert_eq!(Tickets::new(&s, "8443", 604800).lifetime(), 604800);
+        assert_eq!(Tickets::new(&s, "8443", 1_000_000).lifetime(), 604800);
+        assert_eq!(Tickets::new(&s, "8443", u64::MAX).lifetime(), 604800);
+        assert_eq!(Tickets::new(&s, "8443", 0).lifetime(), 0);
     }
 
     #[test]

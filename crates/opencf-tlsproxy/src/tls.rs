@@ -14,7 +14,10 @@ use rustls::pki_types::{CertificateDer, CertificateRevocationListDer};
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
+use rustls::{
+    ConfigBuilder, RootCertStore, ServerConfig, SignatureAlgorithm, SupportedCipherSuite,
+    SupportedProtocolVersion, WantsVerifier,
+};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -373,6 +376,66 @@ pub fn cert_names(der: &CertificateDer<'_>) -> Vec<String> {
         .collect()
 }
 
+/// The TLS versions an instance enables: (TLS 1.2, TLS 1.3, rustls's list, preferred first).
+fn versions_of(inst: &Instance) -> (bool, bool, Vec<&'static SupportedProtocolVersion>) {
+    let tls12 = inst.versions.iter().any(|v| v == "1.2");
+    let tls13 = inst.versions.iter().any(|v| v == "1.3");
+    let mut versions: Vec<&'static SupportedProtocolVersion> = Vec::new();
+    if tls13 {
+        versions.push(&rustls::version::TLS13);
+    }
+    if tls12 {
+        versions.push(&rustls::version::TLS12);
+    }
+    (tls12, tls13, versions)
+}
+
+fn algorithm_name(alg: SignatureAlgorithm) -> &'static str {
+    match alg {
+        SignatureAlgorithm::RSA => "RSA",
+        SignatureAlgorithm::ECDSA => "ECDSA",
+        SignatureAlgorithm::ED25519 => "Ed25519",
+        _ => "other",
+    }
+}
+
+/// The rustls configuration of a certificate whose key signs with `alg`, as far as the
+/// protocol goes: the instance's suites that fit the key (TLS 1.2 suites name the key's
+/// algorithm), for its versions. Fails when none is left for any of the versions.
+fn site_builder(
+    inst: &Instance,
+    suites: &[SupportedCipherSuite],
+    alg: SignatureAlgorithm,
+) -> Result<ConfigBuilder<ServerConfig, WantsVerifier>> {
+    let (_, _, versions) = versions_of(inst);
+    let mut p = provider::default_provider();
+    p.cipher_suites = suites
+        .iter()
+        .filter(|s| s.usable_for_signature_algorithm(alg))
+        .copied()
+        .collect();
+    ServerConfig::builder_with_provider(Arc::new(p))
+        .with_protocol_versions(&versions)
+        .map_err(|_| {
+            format!(
+                "no usable cipher suite: none of the cipher suites for TLS {} fits an {} key",
+                inst.versions.join(" and "),
+                algorithm_name(alg)
+            )
+        })
+}
+
+/// Checks that the instance's suites and versions can serve a key that signs with `alg`,
+/// before such a key is imported into the token.
+pub fn check_key_fits(inst: &Instance, alg: SignatureAlgorithm) -> Result<()> {
+    let n = inst.name();
+    let suites =
+        select_suites(inst.cipher_suites.as_deref()).map_err(|e| format!("instance {n}: {e}"))?;
+    site_builder(inst, &suites, alg)
+        .map(|_| ())
+        .map_err(|e| format!("instance {n}: {e}"))
+}
+
 /// One certificate and key with the names it serves.
 pub struct Site {
     pub names: Vec<String>,
@@ -427,15 +490,7 @@ impl InstanceTls {
         let n = inst.name();
         let suites = select_suites(inst.cipher_suites.as_deref())
             .map_err(|e| format!("instance {n}: {e}"))?;
-        let tls12 = inst.versions.iter().any(|v| v == "1.2");
-        let tls13 = inst.versions.iter().any(|v| v == "1.3");
-        let mut versions: Vec<&'static SupportedProtocolVersion> = Vec::new();
-        if tls13 {
-            versions.push(&rustls::version::TLS13);
-        }
-        if tls12 {
-            versions.push(&rustls::version::TLS12);
-        }
+        let (tls12, tls13, _) = versions_of(inst);
         let alpn: Vec<Vec<u8>> = inst.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let verifier = client_verifier(inst).map_err(|e| format!("instance {n}: {e}"))?;
         let pin_file = inst.pin_file.as_deref();
@@ -478,13 +533,6 @@ impl InstanceTls {
             } else {
                 names
             };
-            let alg = kind.algorithm();
-            let mut p = provider::default_provider();
-            p.cipher_suites = suites
-                .iter()
-                .filter(|s| s.usable_for_signature_algorithm(alg))
-                .copied()
-                .collect();
             let ocsp = source
                 .ocsp
                 .map(|f| load_ocsp(f, &certs))
@@ -493,9 +541,7 @@ impl InstanceTls {
             let mut ck = CertifiedKey::new(certs, Arc::new(key));
             ck.ocsp = ocsp;
             let ck = Arc::new(ck);
-            let builder = ServerConfig::builder_with_provider(Arc::new(p))
-                .with_protocol_versions(&versions)
-                .map_err(|e| ctx(e.to_string()))?;
+            let builder = site_builder(inst, &suites, kind.algorithm()).map_err(ctx)?;
             let builder = match &verifier {
                 Some(v) => builder.with_client_cert_verifier(v.clone()),
                 None => builder.with_no_client_auth(),
@@ -524,28 +570,39 @@ impl InstanceTls {
         })
     }
 
-    /// Whether rustls can complete a handshake for `hello` with `site`.
+    /// Whether rustls can complete a handshake for `hello` with `site`. rustls negotiates
+    /// TLS 1.3 whenever both sides enable it, TLS 1.2 otherwise, and never falls back from
+    /// one to the other: that version needs an offered cipher suite of the site, a signature
+    /// scheme its key makes (TLS 1.3: PSS for RSA) and a key-exchange group in common (every
+    /// suite is (EC)DHE; without `supported_groups` there is none).
     fn can_serve(&self, site: &Site, hello: &Hello) -> bool {
-        let schemes: Vec<u16> = match site.kind {
-            KeyKind::Rsa { .. } => vec![0x0804, 0x0805, 0x0401, 0x0501],
-            KeyKind::EcP256 => vec![0x0403],
-            KeyKind::EcP384 => vec![0x0503],
-            KeyKind::Ed25519 => vec![0x0807],
+        let tls13 = if self.tls13 && hello.versions.contains(&0x0304) {
+            true
+        } else if self.tls12 && hello.versions.contains(&0x0303) {
+            false
+        } else {
+            return false;
         };
-        let sig_ok = |tls13: bool| {
-            hello
-                .sig_schemes
-                .iter()
-                .any(|s| schemes.contains(s) && !(tls13 && (*s == 0x0401 || *s == 0x0501)))
+        let schemes: &[u16] = match site.kind {
+            KeyKind::Rsa { .. } => &[0x0804, 0x0805, 0x0401, 0x0501],
+            KeyKind::EcP256 => &[0x0403],
+            KeyKind::EcP384 => &[0x0503],
+            KeyKind::Ed25519 => &[0x0807],
         };
-        let suite_ok = |want13: bool| {
-            site.config.crypto_provider().cipher_suites.iter().any(|s| {
-                matches!(s, SupportedCipherSuite::Tls13(_)) == want13
-                    && hello.suites.contains(&u16::from(s.suite()))
-            })
-        };
-        (self.tls13 && hello.versions.contains(&0x0304) && suite_ok(true) && sig_ok(true))
-            || (self.tls12 && hello.versions.contains(&0x0303) && suite_ok(false) && sig_ok(false))
+        let sig_ok = hello
+            .sig_schemes
+            .iter()
+            .any(|s| schemes.contains(s) && !(tls13 && (*s == 0x0401 || *s == 0x0501)));
+        let provider = site.config.crypto_provider();
+        let suite_ok = provider.cipher_suites.iter().any(|s| {
+            matches!(s, SupportedCipherSuite::Tls13(_)) == tls13
+                && hello.suites.contains(&u16::from(s.suite()))
+        });
+        let group_ok = provider
+            .kx_groups
+            .iter()
+            .any(|g| hello.groups.contains(&u16::from(g.name())));
+        sig_ok && suite_ok && group_ok
     }
 
     pub fn decide(&self, hello: &Hello) -> Decision {
@@ -566,7 +623,9 @@ impl InstanceTls {
             },
         };
         if self.fallback && !self.can_serve(site, hello) {
-            return Decision::Fallback("no common version, cipher suite or signature scheme");
+            return Decision::Fallback(
+                "no common version, cipher suite, signature scheme or key-exchange group",
+            );
         }
         if self.fallback && !alpn_agrees(&self.alpn, hello.alpn.as_deref()) {
             return Decision::Fallback("no common application protocol");
@@ -654,5 +713,111 @@ mod tests {
         z.put(vec![1], vec![1]);
         assert_eq!(z.get(&[1]), None);
         assert!(!SessionCache::new(0, Duration::from_secs(1)).can_cache());
+    }
+
+    #[derive(Debug)]
+    struct NoCert;
+
+    impl ResolvesServerCert for NoCert {
+        fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+            None
+        }
+    }
+
+    /// An instance serving a P-256 key, with a fallback port.
+    fn ec_instance(inst: &Instance) -> InstanceTls {
+        let suites = select_suites(inst.cipher_suites.as_deref()).unwrap();
+        let config = site_builder(inst, &suites, SignatureAlgorithm::ECDSA)
+            .unwrap()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(NoCert));
+        let (tls12, tls13, _) = versions_of(inst);
+        InstanceTls {
+            sites: vec![Site {
+                names: vec!["localhost".into()],
+                config: Arc::new(config),
+                kind: KeyKind::EcP256,
+            }],
+            tls12,
+            tls13,
+            suites,
+            unknown_sni: UnknownSni::Default,
+            fallback: true,
+            alpn: Vec::new(),
+        }
+    }
+
+    fn hello(versions: &[u16], suites: &[u16], groups: &[u16]) -> Hello {
+        Hello {
+            versions: versions.to_vec(),
+            suites: suites.to_vec(),
+            sig_schemes: vec![0x0403],
+            groups: groups.to_vec(),
+            sni: None,
+            alpn: None,
+        }
+    }
+
+    #[test]
+    fn fallback_follows_what_rustls_would_negotiate() {
+        let inst = Instance::new(None, 1, 2, "pkcs11:object=k".into());
+        let t = ec_instance(&inst);
+        let serves = |h: &Hello| matches!(t.decide(h), Decision::Serve(_));
+        const X25519: u16 = 0x001d;
+        const P256: u16 = 0x0017;
+        const P521: u16 = 0x0019;
+        const FFDHE2048: u16 = 0x0100;
+        const AES128_13: u16 = 0x1301;
+        const ECDSA_AES128_12: u16 = 0xc02b;
+        assert!(serves(&hello(&[0x0304], &[AES128_13], &[X25519])));
+        assert!(serves(&hello(&[0x0304], &[AES128_13], &[P521, P256])));
+        assert!(serves(&hello(&[0x0303], &[ECDSA_AES128_12], &[P256])));
+        // No key-exchange group in common, or none offered: rustls would fail the handshake.
+        assert!(!serves(&hello(&[0x0304], &[AES128_13], &[P521])));
+        assert!(!serves(&hello(&[0x0304], &[AES128_13], &[])));
+        assert!(!serves(&hello(&[0x0303], &[ECDSA_AES128_12], &[FFDHE2048])));
+        assert!(!serves(&hello(&[0x0303], &[ECDSA_AES128_12], &[])));
+        // TLS 1.3 offered and enabled is what rustls negotiates, even where only the TLS 1.2
+        // suites would fit.
+        assert!(!serves(&hello(
+            &[0x0304, 0x0303],
+            &[ECDSA_AES128_12],
+            &[P256]
+        )));
+        let mut only12 = inst.clone();
+        only12.versions = vec!["1.2".into()];
+        let t12 = ec_instance(&only12);
+        assert!(matches!(
+            t12.decide(&hello(&[0x0304, 0x0303], &[ECDSA_AES128_12], &[P256])),
+            Decision::Serve(_)
+        ));
+        // Without a fallback port, rustls answers with its alert.
+        let mut no_fallback = ec_instance(&inst);
+        no_fallback.fallback = false;
+        assert!(matches!(
+            no_fallback.decide(&hello(&[0x0304], &[AES128_13], &[P521])),
+            Decision::Serve(_)
+        ));
+    }
+
+    #[test]
+    fn suites_must_fit_the_key() {
+        let mut i = Instance::new(None, 1, 2, "pkcs11:object=k".into());
+        i.versions = vec!["1.2".into()];
+        i.cipher_suites = Some(vec!["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into()]);
+        assert!(check_key_fits(&i, SignatureAlgorithm::ECDSA).is_ok());
+        assert!(check_key_fits(&i, SignatureAlgorithm::ED25519).is_ok());
+        let e = check_key_fits(&i, SignatureAlgorithm::RSA).unwrap_err();
+        assert!(
+            e.contains("no usable cipher suite") && e.contains("RSA key"),
+            "{e}"
+        );
+        // TLS 1.3 suites fit every key.
+        i.versions = vec!["1.2".into(), "1.3".into()];
+        i.cipher_suites = Some(vec![
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into(),
+            "TLS13_AES_128_GCM_SHA256".into(),
+        ]);
+        assert!(check_key_fits(&i, SignatureAlgorithm::RSA).is_ok());
     }
 }

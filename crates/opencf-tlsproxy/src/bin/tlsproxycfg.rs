@@ -5,9 +5,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use opencf_tlsproxy::config::{
     ClientAuth, Config, Instance, ProxyProtocol, UnknownSni, DEFAULT_DRAIN_TIMEOUT,
 };
-use opencf_tlsproxy::import::{load_pem, load_pkcs12};
+use opencf_tlsproxy::import::{load_pem, load_pkcs12, Imported};
 use opencf_tlsproxy::tickets::TicketSecret;
-use opencf_tlsproxy::tls::{client_verifier, load_ocsp, select_suites, InstanceTls, Resumption};
+use opencf_tlsproxy::tls::{
+    check_key_fits, client_verifier, load_ocsp, select_suites, InstanceTls, Resumption,
+};
 use opencf_tlsproxy::token::{default_module, read_pin_file, Module};
 use opencf_tlsproxy::uri::Pkcs11Uri;
 use rustls::pki_types::CertificateDer;
@@ -63,7 +65,7 @@ enum Cmd {
         #[arg(short = 'h', long = "chain")]
         chain: Option<PathBuf>,
         /// Clear-text port of the application on 127.0.0.1.
-        #[arg(short = 'x')]
+        #[arg(short = 'x', value_parser = clap::value_parser!(u16).range(1..))]
         proxy_port: u16,
         /// Cipher suites, comma-separated IANA names.
         #[arg(short = 'c')]
@@ -81,7 +83,7 @@ enum Cmd {
         #[arg(short = 'P', long = "import-pass")]
         import_pass: Option<PathBuf>,
         /// Fallback port on 127.0.0.1 for ClientHellos the proxy cannot serve.
-        #[arg(short = 'F')]
+        #[arg(short = 'F', value_parser = clap::value_parser!(u16).range(1..))]
         fallback: Option<u16>,
         /// TLS versions, comma-separated (1.2,1.3).
         #[arg(long)]
@@ -159,7 +161,9 @@ fn target(t: &[String]) -> Result<(Option<String>, u16), String> {
     };
     let port = port
         .parse::<u16>()
-        .map_err(|_| format!("bad port {port:?}"))?;
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("bad port {port:?} (1 to 65535)"))?;
     Ok((addr, port))
 }
 
@@ -414,6 +418,7 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
     client_verifier(&inst).map_err(|e| format!("instance {}: {e}", inst.name()))?;
     let module = Module::open(&cfg.module.clone().unwrap_or_else(default_module))?;
     let mut wrote = None;
+    let mut imported = None;
     match format {
         Format::Pkcs11 => {
             if input.is_some() {
@@ -427,7 +432,9 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
                 Format::Pem => load_pem(&input, pass.as_deref())?,
                 _ => load_pkcs12(&input, pass.as_deref())?,
             };
-            // The OCSP response must answer for this chain before its key is imported.
+            // The suites must fit the key, and the OCSP response answer for this chain,
+            // before the key is imported.
+            check_key_fits(&inst, kc.algorithm()?)?;
             if let Some(f) = &inst.ocsp_file {
                 let certs = kc
                     .chain
@@ -439,11 +446,14 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
             }
             let dir = chain_path.parent().expect("a file in a directory");
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            kc.import(&module, Some(&token), pin.clone(), &label)?;
-            std::fs::write(&chain_path, kc.chain_pem()?)
-                .map_err(|e| format!("{}: {e}", chain_path.display()))?;
+            let chain_pem = kc.chain_pem()?;
+            let objects = kc.import(&module, Some(&token), pin.clone(), &label)?;
+            imported = Some(objects);
+            wrote = Some(chain_path.clone());
+            std::fs::write(&chain_path, chain_pem)
+                .map_err(|e| format!("{}: {e}", chain_path.display()))
+                .map_err(|e| undo(e, imported.take(), wrote.take()))?;
             say!("tlsproxycfg: key imported into token {token:?} as {label:?} (sensitive, not extractable)");
-            wrote = Some(chain_path);
         }
     }
     // This instance's key and certificate must load.
@@ -451,19 +461,28 @@ fn create(ctx: &Ctx, cmd: Cmd) -> Result<(), String> {
         let res = Resumption::new(&inst, &secret)?;
         InstanceTls::build(&module, &inst, &res).map(|_| ())
     });
-    if let Err(e) = checked {
-        if let Some(w) = wrote {
-            let _ = std::fs::remove_file(w);
-        }
-        return Err(e);
+    if let Err(e) = checked.and_then(|()| cfg.save(&ctx.config)) {
+        return Err(undo(e, imported, wrote));
     }
-    cfg.save(&ctx.config)?;
     say!(
         "tlsproxycfg: instance {} created in {}",
         inst.name(),
         ctx.config.display()
     );
     ctx.reload_or_start(start)
+}
+
+/// A `create` that failed after its import: the key and certificate it created in the token
+/// and the chain file it wrote are removed again. Returns the error, with what could not be
+/// removed.
+fn undo(e: String, imported: Option<Imported>, wrote: Option<PathBuf>) -> String {
+    if let Some(w) = wrote {
+        let _ = std::fs::remove_file(w);
+    }
+    match imported.map(Imported::remove) {
+        Some(Err(r)) => format!("{e} (and the imported key could not be removed: {r})"),
+        _ => e,
+    }
 }
 
 fn delete(ctx: &Ctx, t: &[String]) -> Result<(), String> {

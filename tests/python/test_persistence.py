@@ -8,6 +8,8 @@ import hashlib
 import hmac
 import os
 
+import pytest
+
 import token_setup as ts
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
@@ -68,3 +70,17 @@ def test_this_process_sees_objects_of_another(session, keystore_env, token_proce
     assert [o[Attribute.VALUE] for o in found] == [value]
     found[0].destroy()
     assert token_process("find", keystore=keystore_env, payload={"label": label})["count"] == 0
+
+
+@pytest.mark.skipif(ts.softhsm_mode(), reason="SoftHSMv2 has no forced PIN change")
+def test_a_pin_changed_by_another_process_lifts_the_expiry(token_process):
+    """A session logged in with the expired default PIN gets CKR_PIN_EXPIRED; once another
+    process has changed the PIN, the same session works: the expiry is read again from the
+    keystore, not kept from the login."""
+    out = token_process("pin-changed-elsewhere")
+    assert out == {
+        "before": "CKR_PIN_EXPIRED",
+        "other_process": 0,
+        "after": "CKR_OK",
+        "value_len": 16,
+    }

@@ -13,6 +13,11 @@ answer is one line of JSON on stdout. Actions:
               by label, id and class, and uses them
   find        counts token objects with a label (payload {"label": ...})
   create-one  creates one token data object (payload {"label": ...})
+  set-pin     logs in with the default PIN and changes it (payload {"new": ...})
+  pin-changed-elsewhere
+              on a fresh token: logged in with the expired default PIN, calls get
+              CKR_PIN_EXPIRED; another process (set-pin) changes the PIN; the same
+              session then works without logging in again
 """
 
 from __future__ import annotations
@@ -144,7 +149,43 @@ def create_one(lib, payload):
     return {"created": True}
 
 
+def set_pin(lib, payload):
+    session = ts.get_token(lib).open(rw=True, user_pin=ts.DEFAULT_PIN)
+    session.set_pin(ts.DEFAULT_PIN, payload["new"])
+    session.close()
+    return {"changed": True}
+
+
+def pin_changed_elsewhere(lib, payload):
+    import os
+    import subprocess
+
+    token = ts.get_token(lib)
+    session = token.open(rw=True, user_pin=ts.DEFAULT_PIN)
+    out = {}
+    try:
+        session.generate_key(KeyType.AES, 128)
+        out["before"] = "CKR_OK"
+    except PinExpired:
+        out["before"] = "CKR_PIN_EXPIRED"
+    other = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "set-pin"],
+        input=json.dumps({"new": ts.USER_PIN}), capture_output=True, text=True, timeout=120,
+    )
+    out["other_process"] = other.returncode
+    try:
+        key = session.generate_key(KeyType.AES, 128)
+        out["after"] = "CKR_OK"
+        out["value_len"] = key[Attribute.VALUE_LEN]
+    except PinExpired:
+        out["after"] = "CKR_PIN_EXPIRED"
+    session.close()
+    return out
+
+
 ACTIONS = {
+    "set-pin": set_pin,
+    "pin-changed-elsewhere": pin_changed_elsewhere,
     "fresh-pin": fresh_pin,
     "create": create,
     "check": check,

@@ -124,7 +124,12 @@ impl Session {
     /// `CKR_PIN_EXPIRED` while the user is logged in with a PIN that must be changed.
     pub fn check_pin_ok(&self) -> CkResult<()> {
         if self.token.pin_expired.load(Ordering::Relaxed) {
-            return Err(CKR_PIN_EXPIRED);
+            // Another process may have changed the PIN since this login: the keystore says
+            // (read only here, off the common path).
+            self.token.update_pin_expired();
+            if self.token.pin_expired.load(Ordering::Relaxed) {
+                return Err(CKR_PIN_EXPIRED);
+            }
         }
         Ok(())
     }

@@ -54,6 +54,14 @@ pub struct Token {
 
 /// Maps keystore errors to PKCS#11 codes.
 pub fn store_err(e: StoreError) -> CK_RV {
+    // A full disk is the administrator's to fix, and `CKR_DEVICE_MEMORY` alone does not say
+    // where: the first one is told on standard error, as a keystore that cannot be opened is.
+    if matches!(e, StoreError::Full(_)) {
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !TOLD.swap(true, Ordering::Relaxed) {
+            eprintln!("opencf-softtoken: {e}");
+        }
+    }
     e.rv()
 }
 

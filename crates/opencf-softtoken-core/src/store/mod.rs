@@ -22,7 +22,8 @@
 //!   reset after a success, so killing the process does not give free tries.
 //!
 //! Errors: [`StoreError::Pin`] carries a PKCS#11 return value for the caller to
-//! hand back as is; `Corrupt` and `Io` map to `CKR_DEVICE_ERROR`.
+//! hand back as is; `Full` (no space left for the database) maps to
+//! `CKR_DEVICE_MEMORY`, `Corrupt` and `Io` to `CKR_DEVICE_ERROR`.
 //!
 //! Not covered: the store authenticates each attribute row on its own, not the
 //! set of rows of an object: someone who can write the file can still delete
@@ -42,9 +43,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use opencf_abi::sys::{
-    CKR_DEVICE_ERROR, CKR_OBJECT_HANDLE_INVALID, CKR_PIN_INCORRECT, CKR_PIN_LEN_RANGE,
-    CKR_PIN_LOCKED, CKR_USER_NOT_LOGGED_IN, CKR_USER_PIN_NOT_INITIALIZED, CK_ATTRIBUTE_TYPE, CK_RV,
-    CK_USER_TYPE,
+    CKR_DEVICE_ERROR, CKR_DEVICE_MEMORY, CKR_OBJECT_HANDLE_INVALID, CKR_PIN_INCORRECT,
+    CKR_PIN_LEN_RANGE, CKR_PIN_LOCKED, CKR_USER_NOT_LOGGED_IN, CKR_USER_PIN_NOT_INITIALIZED,
+    CK_ATTRIBUTE_TYPE, CK_RV, CK_USER_TYPE,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use zeroize::Zeroizing;
@@ -105,16 +106,22 @@ pub enum StoreError {
     Pin(CK_RV),
     /// The database or a value in it is damaged or not ours.
     Corrupt(String),
+    /// No space left where the database lives (SQLite's `SQLITE_FULL`, `ENOSPC`): nothing
+    /// was written. A login is refused so too, since its try is recorded before the PIN is
+    /// checked.
+    Full(String),
     /// Any other failure (file system, SQLite, OpenSSL).
     Io(String),
 }
 
 impl StoreError {
-    /// The PKCS#11 return value: `Pin(rv)` gives `rv`; `Corrupt` and `Io` give
+    /// The PKCS#11 return value: `Pin(rv)` gives `rv`; `Full` gives `CKR_DEVICE_MEMORY`
+    /// ("the token does not have sufficient memory"); `Corrupt` and `Io` give
     /// `CKR_DEVICE_ERROR`.
     pub fn rv(&self) -> CK_RV {
         match self {
             StoreError::Pin(rv) => *rv,
+            StoreError::Full(_) => CKR_DEVICE_MEMORY,
             StoreError::Corrupt(_) | StoreError::Io(_) => CKR_DEVICE_ERROR,
         }
     }
@@ -126,6 +133,7 @@ impl fmt::Display for StoreError {
             StoreError::Pin(rv) => write!(f, "PKCS#11 error {rv:#x}"),
             StoreError::Corrupt(m) => write!(f, "token database corrupt: {m}"),
             StoreError::Io(m) => write!(f, "token database error: {m}"),
+            StoreError::Full(m) => write!(f, "no space left for the token database: {m}"),
         }
     }
 }

@@ -63,9 +63,13 @@ CREATE TABLE attributes (
 ";
 
 /// Maps rusqlite errors to [`StoreError`] with a context message: a damaged
-/// database or unexpected column types are `Corrupt`, everything else `Io`.
+/// database or unexpected column types are `Corrupt`, a full disk `Full`, everything
+/// else `Io`.
 pub(super) fn sql_err(what: &str, e: rusqlite::Error) -> StoreError {
     use rusqlite::Error as E;
+    if matches!(&e, E::SqliteFailure(f, _) if f.code == ErrorCode::DiskFull) {
+        return StoreError::Full(format!("{what}: {e}"));
+    }
     let corrupt = match &e {
         E::SqliteFailure(f, _) => {
             matches!(f.code, ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
@@ -93,7 +97,12 @@ impl<T> SqlCtx<T> for rusqlite::Result<T> {
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io(format!("{what} {}: {e}", path.display()))
+    let m = format!("{what} {}: {e}", path.display());
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        StoreError::Full(m)
+    } else {
+        StoreError::Io(m)
+    }
 }
 
 /// Creates every missing directory of `dir` with mode 0700 (set explicitly, so

@@ -687,3 +687,32 @@ fn load_all_is_fast() {
     // release builds.
     assert!(took.as_secs_f64() < 5.0, "load_all took {took:?}");
 }
+
+/// A database that cannot grow (SQLite's `SQLITE_FULL`, as on a full disk; here its page
+/// count is capped) is `Full`, `CKR_DEVICE_MEMORY`, not a device error: nothing is written,
+/// and the objects stored before stay readable.
+#[test]
+fn a_full_database_is_device_memory() {
+    let dir = TempDir::new();
+    let s = fresh(&dir);
+    s.insert_object(false, &attrs(&[(CKA_LABEL, b"before")]), None)
+        .unwrap();
+    {
+        let conn = s.lock();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages).unwrap();
+    }
+    let big = vec![7u8; 64 * 1024];
+    let r = s.insert_object(false, &attrs(&[(CKA_VALUE, &big)]), None);
+    match r {
+        Err(e @ StoreError::Full(_)) => {
+            assert_eq!(e.rv(), opencf_abi::sys::CKR_DEVICE_MEMORY);
+            assert!(e.to_string().contains("no space left"), "{e}");
+        }
+        other => panic!("expected Full, got {other:?}"),
+    }
+    let all = s.load_all(None).unwrap();
+    assert_eq!(all.len(), 1, "only the object stored before");
+}

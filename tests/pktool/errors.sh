@@ -18,6 +18,9 @@ check "unwritable output: exit 4" 4 'cannot write /nonexistent/dir/out.pem' PKTP
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout k.pem -out c.pem -subj /CN=x 2>/dev/null
 openssl pkcs12 -export -inkey k.pem -in c.pem -out x.p12 -passout pass:right
 check "wrong PKCS#12 password: exit 9" 9 'wrong password' env P12=wrong "$PKTOOL" --module "$MODULE_LIB" --pin-file "$WORK/pin" import -i x.p12 --p12-pass-env P12
+cat k.pem c.pem >mixed.pem
+printf -- '-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n' >>mixed.pem
+check "PEM with a block it cannot import: exit 4, nothing stored" 4 "PEM 'X509 CRL' is not importable" PKTP import -i mixed.pem
 check "bad hex id: usage error" 2 'is not hex' PKTP list --id zz
 check "bad option: clap usage error" 2 'unexpected argument' PKTP list --bogus
 after="$(PKTP --json list)"

@@ -14,6 +14,7 @@ done
 check "validity in days" 0 'notAfter' openssl x509 -in rsa.crt -noout -enddate
 ok "--ca sets CA:TRUE" bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin gencert --label ec --subject CN=ca --ca --no-store -o ca.crt && openssl x509 -in ca.crt -noout -text | grep -q 'CA:TRUE'"
 check "--serial" 0 'serial=0ABCDEF1' bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin gencert --label ec --subject CN=s --serial 0abcdef1 --no-store -o s.crt && openssl x509 -in s.crt -noout -serial"
+check "empty subject: usage error" 2 'subject is empty' PKTP gencert --label ec --subject "" --no-store -o empty.crt
 PKTP genkeypair --keytype x25519 --label xk >/dev/null
 check "X25519 cannot sign: usage error" 2 'RSA, EC and EdDSA' PKTP gencert --label xk --subject CN=x
 finish

@@ -13,13 +13,21 @@ id="$(PKTP --json list --label p12 --type private | python3 -c 'import json,sys;
 printf 'data to sign\n' >data
 ok "the imported key signs (pkcs11-tool)" P11 --login --pin "$PIN" --sign -m SHA256-RSA-PKCS --id "$id" -i data -o data.sig
 ok "openssl dgst -verify accepts it" openssl dgst -sha256 -verify <(openssl x509 -in rsa.crt -pubkey -noout) -signature data.sig data
+cat rsa.crt rsa.key >combo.pem
+jcheck "PEM with a certificate then its key: key pair and certificate, one label and id" \
+    "sorted(o['class'] for o in d['created']) == ['cert', 'private', 'public'] and {o['label'] for o in d['created']} == {'combo'} and len({o['id'] for o in d['created']}) == 1" \
+    PKTP --json import -i combo.pem --label combo
+check "no terminal for the file password: names its options" 2 'use --p12-pass-file or --p12-pass-env' \
+    bash -c "setsid $PKTOOL --module $MODULE_LIB --pin-file $WORK/pin import -i user.p12 </dev/null"
 check "unset password variable: usage error" 2 "NOPE_UNSET_VAR_X is not set" PKTP import -i user.p12 --p12-pass-env NOPE_UNSET_VAR_X
 printf 'wrong\n' >badpass
 check "wrong PKCS#12 password: exit 9 and message" 9 'cannot open the PKCS#12 file: wrong password' PKTP import -i user.p12 --p12-pass-file badpass
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-384 -out ec.pem 2>/dev/null
 jcheck "PEM EC private key (PKCS#8)" "d['created'][0]['curve'] == 'P-384' and d['created'][1]['class'] == 'public'" PKTP --json import -i ec.pem --label ec
+jcheck "a second import of a key lists only the objects it created" \
+    "[o['label'] for o in d['created']] == ['ec2', 'ec2']" PKTP --json import -i ec.pem --label ec2
 openssl pkey -in ec.pem -pubout -out ec.pub
-ok "stored public key equals the file's" bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin export --label ec --type public | cmp - ec.pub"
+ok "stored public key equals the file's" bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin export --label ec2 --type public | cmp - ec.pub"
 openssl genpkey -algorithm ED25519 -outform DER -out ed.der 2>/dev/null
 jcheck "DER Ed25519 private key" "d['created'][0]['curve'] == 'Ed25519'" PKTP --json import -i ed.der --label ed
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 2>/dev/null | openssl pkey -pubout -out rsa.pub

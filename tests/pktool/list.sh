@@ -19,4 +19,7 @@ jcheck "the URI list prints selects that object" "len(d['objects']) == 1 and d['
 check "bad URI is a usage error" 2 'unknown attribute' PKTP list --uri 'pkcs11:colour=red'
 check "bad --type" 2 'unknown object type' PKTP list --type thing
 jcheck "sensitive values are not shown" "'value' not in d['objects'][0]" PKTP --json list --label aes --values
+check "bad --objtype names every choice" 2 'keys, private, public, cert, secret-key, data, all' PKTP list --objtype bogus
+PKTP genkey --label plain --sensitive false --extractable >/dev/null
+check "--values shows a non-sensitive key's value" 0 'value=[0-9a-f]{64}' PKTP list --values --label plain
 finish

@@ -12,7 +12,6 @@ use cryptoki::object::{Attribute, AttributeType, ObjectClass, ObjectHandle};
 use cryptoki::session::{Session, UserType};
 use cryptoki::types::AuthPin;
 use openssl::pkcs12::Pkcs12;
-use openssl::pkey::PKey;
 use openssl::x509::{X509Req, X509};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -106,6 +105,7 @@ pub fn run(cli: &Cli) -> Result<()> {
                 file: new_pin_file.clone(),
                 env: new_pin_env.clone(),
                 value: new_pin.clone(),
+                options: crate::pin::NEW_PIN_OPTIONS,
             };
             setpin(&env, *so, &new)
         }
@@ -443,6 +443,7 @@ fn inittoken(env: &Env, label: &str, user_pin_file: Option<&Path>) -> Result<()>
     if let Some(f) = user_pin_file {
         let upin = SecretSource {
             file: Some(f.to_path_buf()),
+            options: "--user-pin-file",
             ..Default::default()
         }
         .get("user PIN")?;
@@ -485,13 +486,16 @@ fn setpin(env: &Env, so: bool, new: &SecretSource) -> Result<()> {
             }
             zeroize::Zeroizing::new(FRESH_PIN.to_string())
         }
-        None => crate::pin::prompt(&format!("current {who} PIN of '{}': ", t.label))?,
+        None => crate::pin::prompt(
+            &format!("current {who} PIN of '{}': ", t.label),
+            crate::pin::PIN_OPTIONS,
+        )?,
     };
     let newpin = match new.given("new PIN")? {
         Some(p) => p,
         None => {
-            let a = crate::pin::prompt(&format!("new {who} PIN: "))?;
-            let b = crate::pin::prompt(&format!("new {who} PIN again: "))?;
+            let a = crate::pin::prompt(&format!("new {who} PIN: "), new.options)?;
+            let b = crate::pin::prompt(&format!("new {who} PIN again: "), new.options)?;
             if *a != *b {
                 return Err(Error::Usage("the two new PINs differ".into()));
             }
@@ -516,17 +520,9 @@ fn setpin(env: &Env, so: bool, new: &SecretSource) -> Result<()> {
 }
 
 fn list(env: &Env, objtype: &str, obj: &ObjArgs, values: bool) -> Result<()> {
+    let classes = objects::objtype_classes(objtype)?;
     let (t, s) = env.login(Some(obj))?;
     let mut sel = selector(obj)?;
-    let classes: Vec<ObjectClass> = match objtype {
-        "all" => vec![],
-        "keys" => vec![
-            ObjectClass::PRIVATE_KEY,
-            ObjectClass::PUBLIC_KEY,
-            ObjectClass::SECRET_KEY,
-        ],
-        other => vec![objects::class_from_name(other)?],
-    };
     let mut handles = Vec::new();
     if classes.is_empty() || sel.class.is_some() {
         handles = objects::find(&s, &sel)?;
@@ -608,130 +604,19 @@ fn delete(env: &Env, obj: &ObjArgs, yes: bool) -> Result<()> {
     Ok(())
 }
 
-fn pem_label(data: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(data).ok()?;
-    let start = text.find("-----BEGIN ")? + 11;
-    let end = text[start..].find("-----")? + start;
-    Some(text[start..end].to_string())
-}
-
 fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Result<()> {
     let data = read_file(input)?;
-    let name = input.display();
+    let name = input.display().to_string();
     let o = key_opts(new)?;
-    let pem = pem_label(&data);
-    let bad = |what: &str| Error::File(format!("{name}: not a valid {what}"));
-    enum Item {
-        Private(PKey<openssl::pkey::Private>),
-        Public(PKey<openssl::pkey::Public>),
-        Cert(X509),
-        P12,
-    }
-    let item = match pem.as_deref() {
-        Some("CERTIFICATE") => Item::Cert(X509::from_pem(&data).map_err(|_| bad("certificate"))?),
-        Some("PUBLIC KEY") | Some("RSA PUBLIC KEY") => Item::Public(
-            PKey::public_key_from_pem(&data)
-                .or_else(|_| {
-                    openssl::rsa::Rsa::public_key_from_pem_pkcs1(&data).and_then(PKey::from_rsa)
-                })
-                .map_err(|_| bad("public key"))?,
-        ),
-        Some("ENCRYPTED PRIVATE KEY") => {
-            let p = pass.get(&format!("password of {name}"))?;
-            Item::Private(
-                PKey::private_key_from_pem_passphrase(&data, p.as_bytes()).map_err(|_| {
-                    Error::Password(format!(
-                        "{name}: cannot decrypt the private key (wrong password?)"
-                    ))
-                })?,
-            )
-        }
-        Some(l) if l.ends_with("PRIVATE KEY") => {
-            Item::Private(PKey::private_key_from_pem(&data).map_err(|_| bad("private key"))?)
-        }
-        Some(l) => return Err(Error::File(format!("{name}: PEM '{l}' is not importable"))),
-        None => {
-            if let Ok(c) = X509::from_der(&data) {
-                Item::Cert(c)
-            } else if let Ok(k) = PKey::private_key_from_der(&data) {
-                Item::Private(k)
-            } else if let Ok(k) = PKey::public_key_from_der(&data) {
-                Item::Public(k)
-            } else if Pkcs12::from_der(&data).is_ok() {
-                Item::P12
-            } else {
-                return Err(Error::File(format!(
-                    "{name}: not a certificate, key or PKCS#12 file in PEM or DER"
-                )));
-            }
-        }
-    };
+    // Everything that can fail on the file's side comes before the token is touched.
+    let pieces = crate::import::read_pieces(&data, &name, pass)?;
+    let templates = crate::import::plan(pieces, &o, &name)?;
     let (t, s) = env.login(None)?;
-    let mut created = Vec::new();
-    match item {
-        Item::Private(k) => {
-            let h = keys::store_keypair(&s, &k, &o)?;
-            created.push(h);
-        }
-        Item::Public(k) => created.push(keys::store_public(&s, &k, &o)?),
-        Item::Cert(c) => {
-            let id = match &o.id {
-                Some(id) => id.clone(),
-                None => keys::pkey_id(&c.public_key()?)?,
-            };
-            created.push(crate::x509::store_cert(&s, &c, o.label.as_deref(), &id)?);
-        }
-        Item::P12 => {
-            let p12 = Pkcs12::from_der(&data).map_err(|_| bad("PKCS#12 file"))?;
-            let p = pass.get(&format!("password of {name}"))?;
-            let parsed = p12.parse2(&p).map_err(|_| {
-                Error::Password(format!(
-                    "{name}: cannot open the PKCS#12 file: wrong password or damaged file (MAC check failed)"
-                ))
-            })?;
-            let key = parsed.pkey.ok_or_else(|| {
-                Error::File(format!("{name}: the PKCS#12 file holds no private key"))
-            })?;
-            let mut o = o.clone();
-            if o.id.is_none() {
-                o.id = Some(keys::pkey_id(&keys::public_half(&key)?)?);
-            }
-            if o.label.is_none() {
-                o.label = parsed.cert.as_ref().and_then(|c| {
-                    c.subject_name()
-                        .entries_by_nid(openssl::nid::Nid::COMMONNAME)
-                        .next()
-                        .and_then(|e| e.data().to_string().ok())
-                });
-            }
-            created.push(keys::store_keypair(&s, &key, &o)?);
-            if let Some(c) = &parsed.cert {
-                let id = o.id.clone().unwrap_or_default();
-                created.push(crate::x509::store_cert(&s, c, o.label.as_deref(), &id)?);
-            }
-            for c in parsed.ca.iter().flatten() {
-                let id = keys::pkey_id(&c.public_key()?)?;
-                created.push(crate::x509::store_cert(&s, &c.to_owned(), None, &id)?);
-            }
-        }
-    }
-    // A private key brings its public key along: show both.
-    let mut shown = Vec::new();
-    for h in &created {
-        shown.push(objects::describe(&s, *h, &t.label, false)?);
-    }
-    if let Some(first) = shown.first().cloned() {
-        if first["class"] == "private" {
-            let sel = Selector {
-                label: None,
-                id: Some(unhex(first["id"].as_str().unwrap_or(""))?),
-                class: Some(ObjectClass::PUBLIC_KEY),
-            };
-            for h in objects::find(&s, &sel)? {
-                shown.insert(1, objects::describe(&s, h, &t.label, false)?);
-            }
-        }
-    }
+    let created = crate::import::create_all(&s, &templates)?;
+    let shown: Vec<Value> = created
+        .iter()
+        .map(|h| objects::describe(&s, *h, &t.label, false))
+        .collect::<Result<_>>()?;
     env.out(&json!({"created": shown}), || {
         shown
             .iter()

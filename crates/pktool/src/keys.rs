@@ -628,8 +628,12 @@ pub fn public_half(pkey: &PKey<Private>) -> Result<PKey<Public>> {
     Ok(PKey::public_key_from_der(&pkey.public_key_to_der()?)?)
 }
 
-/// Stores a private key (and its public key) from an OpenSSL key; returns the private handle.
-pub fn store_keypair(s: &Session, pkey: &PKey<Private>, o: &KeyOpts) -> Result<ObjectHandle> {
+/// The templates of a private key and its public key from an OpenSSL key: (private, public).
+/// Without `o.id` the ID is the SHA-1 of the public value.
+pub fn keypair_templates(
+    pkey: &PKey<Private>,
+    o: &KeyOpts,
+) -> Result<(Vec<Attribute>, Vec<Attribute>)> {
     let public = public_half(pkey)?;
     let mut o = o.clone();
     if o.id.is_none() {
@@ -639,19 +643,14 @@ pub fn store_keypair(s: &Session, pkey: &PKey<Private>, o: &KeyOpts) -> Result<O
     privt.extend(o.secret_flags());
     privt.extend(private_attrs(pkey)?);
     fill_usage(&mut privt, PRIVATE_USAGE);
-    let privh = s
-        .create_object(&privt)
-        .ctx(|| "storing the private key".into())?;
     let mut pubt = o.common(ObjectClass::PUBLIC_KEY, false);
     pubt.extend(public_attrs(&public)?);
     fill_usage(&mut pubt, PUBLIC_USAGE);
-    s.create_object(&pubt)
-        .ctx(|| "storing the public key".into())?;
-    Ok(privh)
+    Ok((privt, pubt))
 }
 
-/// Stores a public key alone.
-pub fn store_public(s: &Session, pkey: &PKey<Public>, o: &KeyOpts) -> Result<ObjectHandle> {
+/// The template of a public key alone; without `o.id` the ID is the SHA-1 of the public value.
+pub fn public_template(pkey: &PKey<Public>, o: &KeyOpts) -> Result<Vec<Attribute>> {
     let mut o = o.clone();
     if o.id.is_none() {
         o.id = Some(pkey_id(pkey)?);
@@ -659,5 +658,5 @@ pub fn store_public(s: &Session, pkey: &PKey<Public>, o: &KeyOpts) -> Result<Obj
     let mut t = o.common(ObjectClass::PUBLIC_KEY, false);
     t.extend(public_attrs(pkey)?);
     fill_usage(&mut t, PUBLIC_USAGE);
-    s.create_object(&t).ctx(|| "storing the public key".into())
+    Ok(t)
 }

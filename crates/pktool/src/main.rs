@@ -6,6 +6,7 @@
 
 mod cmd;
 mod error;
+mod import;
 mod keys;
 mod migrate;
 mod objects;
@@ -65,6 +66,7 @@ impl PinArgs {
             file: self.pin_file.clone(),
             env: self.pin_env.clone(),
             value: self.pin.clone(),
+            options: pin::PIN_OPTIONS,
         }
     }
 }
@@ -120,6 +122,7 @@ impl P12PassArgs {
             file: self.p12_pass_file.clone(),
             env: self.p12_pass_env.clone(),
             value: None,
+            options: pin::FILE_PASS_OPTIONS,
         }
     }
 }
@@ -194,7 +197,7 @@ pub enum Cmd {
         #[arg(short = 'y', long)]
         yes: bool,
     },
-    /// Import a private key, public key, certificate (PEM or DER) or a PKCS#12 file
+    /// Import the keys and certificates of a PEM file, a DER key or certificate, or a PKCS#12 file
     Import {
         /// The file to import
         #[arg(long, short = 'i', value_name = "FILE")]

@@ -114,6 +114,7 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
         file: a.from_pin_file.clone(),
         env: a.from_pin_env.clone(),
         value: a.from_pin.clone(),
+        options: "--from-pin-file, --from-pin-env or --from-pin",
     };
     let ss = src.login(&src_pin)?;
     let (dst, ds) = env.login(None)?;

@@ -34,6 +34,23 @@ pub fn class_from_name(name: &str) -> Result<ObjectClass> {
     })
 }
 
+/// The classes `list --objtype` names: `all` (no restriction), `keys` or one class.
+pub fn objtype_classes(name: &str) -> Result<Vec<ObjectClass>> {
+    Ok(match name {
+        "all" => vec![],
+        "keys" => vec![
+            ObjectClass::PRIVATE_KEY,
+            ObjectClass::PUBLIC_KEY,
+            ObjectClass::SECRET_KEY,
+        ],
+        other => vec![class_from_name(other).map_err(|_| {
+            Error::Usage(format!(
+                "unknown object type '{other}' (keys, private, public, cert, secret-key, data, all)"
+            ))
+        })?],
+    })
+}
+
 pub fn class_name(c: ObjectClass) -> &'static str {
     match c {
         ObjectClass::PRIVATE_KEY => "private",
@@ -441,6 +458,10 @@ pub fn human_line(v: &Value) -> String {
             line += &format!(" {k}={x:?}");
         }
     }
+    // Present only when `list --values` asked for it and the key is not sensitive.
+    if let Some(x) = v.get("value").and_then(Value::as_str) {
+        line += &format!(" value={x}");
+    }
     if let Some(f) = v.get("flags").and_then(Value::as_object) {
         let on: Vec<&str> = f
             .iter()
@@ -451,4 +472,40 @@ pub fn human_line(v: &Value) -> String {
     }
     line += &format!("\n           uri: {}", s("uri"));
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_line_shows_a_revealed_value() {
+        let v = json!({"class": "secret-key", "label": "sk", "id": "", "key_type": "AES",
+            "bits": 128, "value": "00112233445566778899aabbccddeeff", "flags": {}, "uri": "pkcs11:"});
+        assert!(
+            human_line(&v).contains(" value=00112233445566778899aabbccddeeff"),
+            "{}",
+            human_line(&v)
+        );
+        let mut hidden = v.clone();
+        hidden.as_object_mut().unwrap().remove("value");
+        assert!(!human_line(&hidden).contains("value="));
+    }
+
+    #[test]
+    fn objtype_error_lists_every_choice() {
+        assert_eq!(objtype_classes("all").unwrap(), vec![]);
+        assert_eq!(objtype_classes("keys").unwrap().len(), 3);
+        assert_eq!(
+            objtype_classes("cert").unwrap(),
+            vec![ObjectClass::CERTIFICATE]
+        );
+        let e = objtype_classes("bogus").unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::EXIT_USAGE);
+        assert!(
+            e.to_string()
+                .ends_with("(keys, private, public, cert, secret-key, data, all)"),
+            "{e}"
+        );
+    }
 }

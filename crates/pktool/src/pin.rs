@@ -10,7 +10,16 @@ pub struct SecretSource {
     pub file: Option<std::path::PathBuf>,
     pub env: Option<String>,
     pub value: Option<String>,
+    /// The options that supply this secret, named when there is no terminal to ask on.
+    pub options: &'static str,
 }
+
+/// The options of the token PIN (global options).
+pub const PIN_OPTIONS: &str = "--pin-file, --pin-env or --pin";
+/// The options of a PKCS#12 or encrypted private key file's password.
+pub const FILE_PASS_OPTIONS: &str = "--p12-pass-file or --p12-pass-env";
+/// The options of setpin's new PIN.
+pub const NEW_PIN_OPTIONS: &str = "--new-pin-file, --new-pin-env or --new-pin";
 
 impl SecretSource {
     pub fn is_given(&self) -> bool {
@@ -21,7 +30,7 @@ impl SecretSource {
     pub fn get(&self, what: &str) -> Result<Zeroizing<String>> {
         match self.given(what)? {
             Some(s) => Ok(s),
-            None => prompt(&format!("{what}: ")),
+            None => prompt(&format!("{what}: "), self.options),
         }
     }
 
@@ -54,15 +63,19 @@ impl SecretSource {
     }
 }
 
-/// Prompts on /dev/tty with echo off.
-pub fn prompt(text: &str) -> Result<Zeroizing<String>> {
+/// The error when a secret is needed and there is no terminal: it names `options`, the
+/// options that supply that secret.
+pub fn no_terminal(text: &str, options: &str) -> Error {
+    Error::Usage(format!(
+        "{} needed but there is no terminal to ask on; use {options}",
+        text.trim_end_matches([':', ' '])
+    ))
+}
+
+/// Prompts on /dev/tty with echo off; without a terminal the error names `options`.
+pub fn prompt(text: &str, options: &str) -> Result<Zeroizing<String>> {
     use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions};
-    let no_tty = |_| {
-        Error::Usage(format!(
-            "{} needed but there is no terminal to ask on; use --pin-file, --pin-env or --pin",
-            text.trim_end_matches([':', ' '])
-        ))
-    };
+    let no_tty = |_| no_terminal(text, options);
     let tty = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -84,4 +97,21 @@ pub fn prompt(text: &str) -> Result<Zeroizing<String>> {
         line.pop();
     }
     Ok(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_terminal_names_the_options_of_that_secret() {
+        let e = no_terminal("new user PIN: ", NEW_PIN_OPTIONS).to_string();
+        assert_eq!(
+            e,
+            "new user PIN needed but there is no terminal to ask on; \
+             use --new-pin-file, --new-pin-env or --new-pin"
+        );
+        let e = no_terminal("password of x.p12: ", FILE_PASS_OPTIONS).to_string();
+        assert!(e.ends_with("use --p12-pass-file or --p12-pass-env"), "{e}");
+    }
 }

@@ -24,7 +24,7 @@ use openssl::x509::extension::{
 };
 use openssl::x509::{X509Extension, X509Name, X509NameRef, X509Req, X509ReqBuilder, X509};
 
-/// "CN=a, O=b" (commas inside a value escaped as "\,").
+/// "CN=a, O=b" (commas inside a value escaped as "\,"); an empty subject is refused.
 pub fn parse_subject(subject: &str) -> Result<X509Name> {
     let mut b = X509Name::builder()?;
     let mut parts = Vec::new();
@@ -41,7 +41,18 @@ pub fn parse_subject(subject: &str) -> Result<X509Name> {
         }
     }
     parts.push(cur);
-    for p in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+    let parts: Vec<&str> = parts
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        // RFC 5280 4.1.2.4: a certificate's issuer (a self-signed one's subject) is non-empty.
+        return Err(Error::Usage(
+            "the subject is empty; give at least one part, e.g. CN=name".into(),
+        ));
+    }
+    for p in parts {
         let (k, v) = p
             .split_once('=')
             .ok_or_else(|| Error::Usage(format!("subject part '{p}' has no '=' (CN=…,O=…)")))?;
@@ -402,6 +413,12 @@ pub fn store_cert(
     label: Option<&str>,
     id: &[u8],
 ) -> Result<ObjectHandle> {
+    s.create_object(&cert_template(cert, label, id)?)
+        .ctx(|| "storing the certificate".into())
+}
+
+/// The template of a certificate object.
+pub fn cert_template(cert: &X509, label: Option<&str>, id: &[u8]) -> Result<Vec<Attribute>> {
     let serial = cert.serial_number().to_bn()?.to_vec();
     let mut serial_content = serial.clone();
     if serial.first().is_some_and(|b| b & 0x80 != 0) || serial.is_empty() {
@@ -421,5 +438,21 @@ pub fn store_cert(
     if let Some(l) = label {
         t.push(Attribute::Label(l.as_bytes().to_vec()));
     }
-    s.create_object(&t).ctx(|| "storing the certificate".into())
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_subject_is_a_usage_error() {
+        for subject in ["", " ", ",", " , "] {
+            let e = parse_subject(subject).err().unwrap();
+            assert_eq!(e.exit_code(), crate::error::EXIT_USAGE, "{subject:?}");
+            assert!(e.to_string().contains("subject is empty"), "{e}");
+        }
+        let n = parse_subject("CN=a, O=b").unwrap();
+        assert_eq!(name_string(&n), "CN=a, O=b");
+    }
 }

@@ -20,6 +20,21 @@ pub fn allowed<'m>(c: &opencf_config::ProviderConfig, m: impl Into<MechRef<'m>>)
 }
 
 impl OpenCf {
+    /// For a call that slot 0 runs in the keystore (key management, message-based
+    /// encryption): `CKR_MECHANISM_INVALID` unless slot 0 offers the mechanism and the
+    /// keystore's own policy allows it there.
+    pub fn keystore_allows(&self, m: CK_MECHANISM_TYPE) -> CkResult<()> {
+        let meta = self.meta()?;
+        if !meta.mechs.contains_key(&m) {
+            return Err(CKR_MECHANISM_INVALID);
+        }
+        if self.providers[meta.keystore].cfg.allows(m) {
+            Ok(())
+        } else {
+            Err(CKR_MECHANISM_INVALID)
+        }
+    }
+
     /// `C_EncryptInit`.
     pub fn encrypt_init(
         &self,
@@ -123,6 +138,7 @@ impl OpenCf {
                 }
             },
             |m| {
+                self.keystore_allows(mech.mechanism)?;
                 let (p, h) = self.ks_of(m)?;
                 if enc {
                     p.message_encrypt_init(h, mech, k)

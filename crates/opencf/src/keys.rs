@@ -109,9 +109,7 @@ impl OpenCf {
                 Ok((p, h))
             },
             |m| {
-                if !self.meta()?.mechs.contains_key(&mech.mechanism) {
-                    return Err(CKR_MECHANISM_INVALID);
-                }
+                self.keystore_allows(mech.mechanism)?;
                 self.ks_of(m)
             }
         )

@@ -26,7 +26,7 @@ impl OpenCf {
     }
 
     /// Destroys clones the cache has given up: (provider, handle there) pairs.
-    fn destroy_clones(&self, clones: Vec<(usize, CK_OBJECT_HANDLE)>) {
+    pub(crate) fn destroy_clones(&self, clones: Vec<(usize, CK_OBJECT_HANDLE)>) {
         for (prov, h) in clones {
             if let Ok(s) = self.providers[prov].internal_session() {
                 let _ = self.p(prov).destroy_object(s, h);

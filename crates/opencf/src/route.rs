@@ -42,23 +42,51 @@ pub fn recoverable(rv: CK_RV) -> bool {
     )
 }
 
-/// Clones of keystore keys in other providers: (keystore handle, provider index) → handle in
-/// that provider. The clones are session objects of the provider's framework-owned session
+/// A key's clone in another provider: its handle there, and the key's guards
+/// ([`CLONE_GUARDS`]) as they were read before the clone was made.
+struct KeyClone {
+    h: CK_OBJECT_HANDLE,
+    guards: Vec<AttrValue>,
+}
+
+/// Clones of keystore keys in other providers: (keystore handle, provider index) → the clone.
+/// The clones are session objects of the provider's framework-owned session
 /// ([`crate::providers::Prov::internal_session`]).
 #[derive(Default)]
 pub struct CloneCache {
-    map: RwLock<HashMap<(CK_OBJECT_HANDLE, usize), CK_OBJECT_HANDLE>>,
+    map: RwLock<HashMap<(CK_OBJECT_HANDLE, usize), KeyClone>>,
     /// Serializes clone creation so two threads do not clone the same key twice.
     making: Mutex<()>,
 }
 
 impl CloneCache {
-    fn get(&self, key: CK_OBJECT_HANDLE, prov: usize) -> Option<CK_OBJECT_HANDLE> {
+    /// The clone of `key` in `prov`, if it was made with these `guards`.
+    fn get(
+        &self,
+        key: CK_OBJECT_HANDLE,
+        prov: usize,
+        guards: &[AttrValue],
+    ) -> Option<CK_OBJECT_HANDLE> {
         self.map
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&(key, prov))
-            .copied()
+            .filter(|c| c.guards == guards)
+            .map(|c| c.h)
+    }
+    /// Removes the clone of `key` in `prov` made with other guards than `guards`, returning
+    /// (provider, clone handle) to destroy.
+    fn forget_stale(
+        &self,
+        key: CK_OBJECT_HANDLE,
+        prov: usize,
+        guards: &[AttrValue],
+    ) -> Option<(usize, CK_OBJECT_HANDLE)> {
+        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        match m.get(&(key, prov)) {
+            Some(c) if c.guards != guards => m.remove(&(key, prov)).map(|c| (prov, c.h)),
+            _ => None,
+        }
     }
     /// No clone is cached.
     pub fn is_empty(&self) -> bool {
@@ -78,7 +106,7 @@ impl CloneCache {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(&(k, p), &h)| (k, p, h))
+            .map(|(&(k, p), c)| (k, p, c.h))
             .collect();
         let mut dead = Vec::new();
         let mut checked: HashMap<CK_OBJECT_HANDLE, bool> = HashMap::new();
@@ -89,7 +117,9 @@ impl CloneCache {
         }
         let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
         dead.into_iter()
-            .filter(|&(k, p, h)| m.get(&(k, p)) == Some(&h) && m.remove(&(k, p)).is_some())
+            .filter(|&(k, p, h)| {
+                m.get(&(k, p)).is_some_and(|c| c.h == h) && m.remove(&(k, p)).is_some()
+            })
             .map(|(_, p, h)| (p, h))
             .collect()
     }
@@ -99,7 +129,7 @@ impl CloneCache {
         let gone: Vec<_> = m
             .iter()
             .filter(|((k, _), _)| *k == key)
-            .map(|((_, p), h)| (*p, *h))
+            .map(|((_, p), c)| (*p, c.h))
             .collect();
         for (p, _) in &gone {
             m.remove(&(key, *p));
@@ -107,6 +137,25 @@ impl CloneCache {
         gone
     }
 }
+
+/// What decides how a clone may be used, read from the key in the keystore each time a
+/// clone is about to serve: its class (which also fails for a key out of the session's
+/// reach), its usage flags and its mechanism restriction. A clone made with other values (the
+/// key changed through another slot, by another process, or while the clone was being made)
+/// is destroyed and made again from the key as it is.
+const CLONE_GUARDS: [CK_ATTRIBUTE_TYPE; 11] = [
+    CKA_CLASS,
+    CKA_ENCRYPT,
+    CKA_DECRYPT,
+    CKA_SIGN,
+    CKA_VERIFY,
+    CKA_WRAP,
+    CKA_UNWRAP,
+    CKA_DERIVE,
+    CKA_SIGN_RECOVER,
+    CKA_VERIFY_RECOVER,
+    CKA_ALLOWED_MECHANISMS,
+];
 
 const BOOL_USAGE: [CK_ATTRIBUTE_TYPE; 9] = [
     CKA_ENCRYPT,
@@ -320,24 +369,30 @@ impl OpenCf {
         if prov == self.meta()?.keystore {
             return Ok(Some(key));
         }
-        if let Some(h) = self.clones.get(key, prov) {
-            // A clone serves only while the key itself is within this session's reach in the
-            // keystore: not once it is destroyed (elsewhere, or with the session that owned a
-            // session object) nor, for a private key, after C_Logout.
-            self.check_key(ms, key)?;
+        // A clone serves only while the key itself is within this session's reach in the
+        // keystore (not once it is destroyed, elsewhere or with the session that owned a
+        // session object, nor, for a private key, after C_Logout), and only as the key is
+        // now ([`CLONE_GUARDS`]).
+        let guards = self.clone_guards(ms, key)?;
+        if let Some(h) = self.clones.get(key, prov, &guards) {
             return Ok(Some(h));
         }
         let _g = self.clones.making.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = self.clones.get(key, prov) {
+        if let Some(h) = self.clones.get(key, prov, &guards) {
             return Ok(Some(h));
         }
+        if let Some(stale) = self.clones.forget_stale(key, prov, &guards) {
+            self.destroy_clones(vec![stale]);
+        }
+        // The guards were read before the clone's attributes: a change in between makes the
+        // next use find them different and make the clone again.
         let made = self.make_clone(ms, prov, key)?;
         if let Some(h) = made {
             self.clones
                 .map
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert((key, prov), h);
+                .insert((key, prov), KeyClone { h, guards });
         }
         Ok(made)
     }
@@ -348,6 +403,14 @@ impl OpenCf {
         self.p(self.meta()?.keystore)
             .get_attribute_value(ms.ks, key, &[CKA_CLASS])
             .map(|_| ())
+            .map_err(key_handle_error)
+    }
+
+    /// Metaslot key `key`'s [`CLONE_GUARDS`] in the keystore, in session `ms`:
+    /// `CKR_KEY_HANDLE_INVALID` when it is not an object within that session's reach.
+    fn clone_guards(&self, ms: &MetaSession, key: CK_OBJECT_HANDLE) -> CkResult<Vec<AttrValue>> {
+        self.p(self.meta()?.keystore)
+            .get_attribute_value(ms.ks, key, &CLONE_GUARDS)
             .map_err(key_handle_error)
     }
 
@@ -386,9 +449,11 @@ impl OpenCf {
                 tmpl.push(Attribute::new(*t, b));
             }
         }
+        // Every usage flag the key has, false ones too: left out, a flag takes the target's
+        // default, which for most is true.
         for (t, v) in BOOL_USAGE.iter().zip(&usage) {
-            if is_true(v) {
-                tmpl.push(Attribute::bool(*t, true));
+            if let AttrValue::Value(_) = v {
+                tmpl.push(Attribute::bool(*t, is_true(v)));
             }
         }
         // The clone keeps the key's mechanism restriction; a key that wants the user's PIN

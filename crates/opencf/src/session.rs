@@ -61,7 +61,14 @@ impl OpenCf {
     pub fn close_session(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         let sess = self.sessions.remove(s).ok_or(CKR_SESSION_HANDLE_INVALID)?;
         match &*sess {
-            Sess::Pass { prov, h, .. } => self.p(*prov).close_session(*h),
+            Sess::Pass { prov, h, .. } => {
+                let r = self.p(*prov).close_session(*h);
+                // The application's last session of the keystore's token logs it out.
+                if self.meta.as_ref().is_some_and(|m| m.keystore == *prov) {
+                    self.sweep_clones();
+                }
+                r
+            }
             Sess::Meta(m) => {
                 let ms = self.lock(m);
                 for (p, h) in &ms.others {
@@ -252,12 +259,19 @@ impl OpenCf {
 
     /// `C_Logout`.
     pub fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
-        dispatch!(self, s, |p, h| p.logout(h), |m| {
-            let ks = self.lock(m).ks;
-            self.p(self.meta()?.keystore).logout(ks)?;
-            self.sweep_clones();
-            Ok(())
-        })
+        // Through the keystore's own slot too: the application is logged out of the token,
+        // and the clones of its private keys must go (`sweep_clones`).
+        dispatch!(
+            self,
+            s,
+            |p, h| p.logout(h).inspect(|_| self.sweep_clones()),
+            |m| {
+                let ks = self.lock(m).ks;
+                self.p(self.meta()?.keystore).logout(ks)?;
+                self.sweep_clones();
+                Ok(())
+            }
+        )
     }
 
     /// Checks a session handle.

@@ -922,3 +922,110 @@ fn a_multi_part_step_keeps_the_operation_where_it_runs() {
     drop((m, s));
     p.finalize().unwrap();
 }
+
+/// A clone serves only as the key is now: a usage flag turned off through the keystore's own
+/// slot (not through slot 0, which drops clones itself) reaches slot 0 at its next init, which
+/// answers as the keystore does; a logout through the keystore's own slot destroys the clones
+/// of private keys as a logout through slot 0 does.
+#[test]
+fn a_clone_follows_its_key_changed_elsewhere() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("guards", "none", true, "");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let ks = p
+        .open_rw_session(slot_labelled(&p, "OpenCF Softtoken"))
+        .unwrap();
+    let block = [9u8; 16];
+    let clones = secret_keys_in_faulty(&p);
+    let k = aes_128(&s, false, false);
+    s.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    assert_eq!(secret_keys_in_faulty(&p), clones + 1, "cloned");
+    // Session objects are shared by an application's sessions: the keystore's own slot
+    // turns CKA_ENCRYPT off.
+    ks.update_attributes(k, &[Attribute::Encrypt(false)])
+        .unwrap();
+    match s.encrypt(&Mechanism::AesEcb, k, &block) {
+        Err(Error::Pkcs11(RvError::KeyFunctionNotPermitted, _)) => {}
+        other => panic!("slot 0 after CKA_ENCRYPT=FALSE elsewhere: {other:?}"),
+    }
+    assert_eq!(
+        ks.encrypt(&Mechanism::AesEcb, k, &block)
+            .err()
+            .map(|e| match e {
+                Error::Pkcs11(rv, _) => rv,
+                e => panic!("{e:?}"),
+            }),
+        Some(RvError::KeyFunctionNotPermitted),
+        "the keystore's own answer"
+    );
+    // Back on: slot 0 serves again.
+    ks.update_attributes(k, &[Attribute::Encrypt(true)])
+        .unwrap();
+    s.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    // A private token key's clone, then C_Logout through the keystore's own slot.
+    let private = aes_128(&s, true, true);
+    s.encrypt(&Mechanism::AesEcb, private, &block).unwrap();
+    let before = secret_keys_in_faulty(&p);
+    ks.logout().unwrap();
+    assert_eq!(
+        secret_keys_in_faulty(&p),
+        before - 1,
+        "the private key's clone is destroyed at a logout through the keystore's slot"
+    );
+    drop((s, ks));
+    p.finalize().unwrap();
+}
+
+/// The keystore's policy holds for what slot 0 runs in the keystore: a mechanism the keystore
+/// may not use is refused for key generation and message-based encryption on slot 0, as on
+/// the keystore's own slot, even where another provider offers it.
+#[test]
+fn the_keystore_policy_holds_on_slot_0() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // The faulty provider (over another software token) offers both mechanisms; the
+    // keystore may not use them.
+    let (p, _switch) = load_conf("kspolicy", "none", true, "");
+    p.finalize().unwrap();
+    let conf = std::env::var("OPENCF_CONF").unwrap();
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(
+        &conf,
+        text.replace(
+            "name = \"softtoken\"",
+            "name = \"softtoken\"\ndisabled = [\"CKM_AES_KEY_GEN\", \"CKM_AES_GCM\"]",
+        ),
+    )
+    .unwrap();
+    let p = Pkcs11::new(framework_lib()).unwrap();
+    p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+        .unwrap();
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let gen = s.generate_key(
+        &Mechanism::AesKeyGen,
+        &[Attribute::ValueLen(16.into()), Attribute::Token(false)],
+    );
+    assert!(
+        matches!(gen, Err(Error::Pkcs11(RvError::MechanismInvalid, _))),
+        "C_GenerateKey: {gen:?}"
+    );
+    let key = s
+        .create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::AES),
+            Attribute::Value(vec![3; 16]),
+            Attribute::Token(false),
+            Attribute::Encrypt(true),
+        ])
+        .unwrap();
+    let mut iv = [0u8; 12];
+    let gcm = GcmParams::new(&mut iv, &[], 128.into()).unwrap();
+    let msg = s.message_encrypt_init(&Mechanism::AesGcm(gcm), key);
+    assert!(
+        matches!(msg, Err(Error::Pkcs11(RvError::MechanismInvalid, _))),
+        "C_MessageEncryptInit: {msg:?}"
+    );
+    drop(s);
+    p.finalize().unwrap();
+}

@@ -155,6 +155,9 @@ json "list -p --json has softhsm, all enabled" "prov('softhsm')['all_enabled'] i
 json "list -v --json has softhsm's token" \
     "any(s.get('token', {}).get('label')=='softhsm' and s['mechanisms'] for s in prov('softhsm')['slots'])" list -v
 expect "libopencf.so shows SoftHSMv2's slot" 'token label +: softhsm' $P11 --list-slots
+expect "install refuses a file that is not a PKCS#11 module" 'not installed' \
+    ADM install provider=/etc/passwd name=bogus
+refuse "the refused module is not listed" '^ +bogus ' ADM list
 
 echo "--- EC key through slot 0"
 expect "change the default PIN through slot 0" 'PIN successfully changed' \

@@ -26,7 +26,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use opencf_abi::sys::CK_MECHANISM_TYPE;
 use opencf_config::{
-    self as config, mechanism_from_name, mechanism_name, Config, ConfigError, ProviderConfig,
+    self as config, mechanism_from_name, mechanism_name, Config, ConfigError, EditTarget,
+    ProviderConfig,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -42,8 +43,10 @@ const EXIT_USAGE: u8 = 64;
     about = "Administer the OpenCF cryptographic framework"
 )]
 struct Cli {
-    /// Configuration file to read and edit (default: /etc/opencf/opencf.toml for root,
-    /// $XDG_CONFIG_HOME/opencf/opencf.toml otherwise; $OPENCF_CONF overrides both).
+    /// Configuration file to read and edit. Default: listings read the file the framework
+    /// reads ($OPENCF_CONF, else $XDG_CONFIG_HOME/opencf/opencf.toml if it exists, else
+    /// /etc/opencf/opencf.toml); edits go to $OPENCF_CONF, else to /etc/opencf/opencf.toml
+    /// for root and to the user file otherwise (a user's first edit copies the system file).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Machine-readable output for listings.
@@ -148,19 +151,61 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn config_path(cli: &Cli) -> Result<PathBuf, Fail> {
-    if let Some(p) = &cli.config {
-        return Ok(p.clone());
-    }
-    if let Some(p) = std::env::var_os(config::ENV_CONF).filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
-    if is_root() {
-        return Ok(PathBuf::from(config::SYSTEM_CONFIG_PATH));
-    }
-    config::user_config_path().ok_or_else(|| {
+/// The file listings read: `--config`, else the one the framework reads (None: the built-in
+/// default).
+fn read_path(cli: &Cli) -> Option<PathBuf> {
+    cli.config.clone().or_else(config::find_config_file)
+}
+
+/// Where edits go.
+struct Target {
+    /// The file written, and what a first edit starts from (see [`config::edit_target`]).
+    edit: EditTarget,
+    /// Chosen by the search rule rather than named with `--config`.
+    searched: bool,
+}
+
+fn edit_target(cli: &Cli) -> Result<Target, Fail> {
+    let edit = config::edit_target(cli.config.as_deref(), is_root()).ok_or_else(|| {
         usage("cannot find the user configuration: set XDG_CONFIG_HOME or HOME, or use --config")
+    })?;
+    Ok(Target {
+        edit,
+        searched: cli.config.is_none(),
     })
+}
+
+/// Read-modify-write of the edited file ([`config::update_target`]). Without `--config`, a
+/// note on stderr tells when the edit created a user file from the system file, or wrote a
+/// file this user's processes do not read (root with a user file of its own).
+fn edit<T>(
+    target: &Target,
+    lib: &Path,
+    f: impl FnOnce(&mut Config) -> Result<T, Fail>,
+) -> Result<T, Fail> {
+    let target_path = &target.edit.path;
+    let created = !target_path.exists();
+    let out = config::update_target(&target.edit, lib, f)?;
+    if !target.searched {
+        return Ok(out);
+    }
+    let target = &target.edit;
+    let seed = target.seed.as_deref().filter(|s| s.exists());
+    match (config::find_config_file(), seed) {
+        (_, Some(seed)) if created => eprintln!(
+            "cryptoadm: created {} from {}; for this user it takes precedence over {}",
+            target.path.display(),
+            seed.display(),
+            seed.display()
+        ),
+        (Some(in_effect), _) if in_effect != target.path => eprintln!(
+            "cryptoadm: note: this user's processes read {}, not the edited {}",
+            in_effect.display(),
+            target.path.display()
+        ),
+        _ => {}
+    }
+    Ok(out)
 }
 
 /// Where bare module names are looked up: $OPENCF_LIB_DIR, else beside this executable.
@@ -174,12 +219,11 @@ fn lib_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// The administered file, or the built-in default when it does not exist yet.
-fn read_config(path: &Path, lib: &Path) -> Result<Config, Fail> {
-    if path.exists() {
-        Ok(config::load_from(path)?)
-    } else {
-        Ok(config::default_config_in(lib))
+/// The file listings read, or the built-in default when there is none (yet).
+fn read_config(path: Option<&Path>, lib: &Path) -> Result<Config, Fail> {
+    match path {
+        Some(p) if p.exists() => Ok(config::load_from(p)?),
+        _ => Ok(config::default_config_in(lib)),
     }
 }
 
@@ -257,7 +301,10 @@ fn run(cli: Cli) -> Result<u8, Fail> {
     if let Cmd::Stat(args) = &cli.cmd {
         return stat::run(args, cli.json);
     }
-    let path = config_path(&cli)?;
+    let read = read_path(&cli);
+    let read = read.as_deref();
+    // Needed by edits only: a listing works without a place for the user file.
+    let target = edit_target(&cli);
     let lib = lib_dir();
     match &cli.cmd {
         Cmd::List {
@@ -267,12 +314,13 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             words,
         } => {
             let w = Words::parse(words, &["provider"], &["metaslot"])?;
-            let cfg = read_config(&path, &lib)?;
+            let cfg = read_config(read, &lib)?;
             if w.has("metaslot") {
                 if w.get("provider").is_some() || *mechanisms || *policy || *verbose {
                     return Err(usage("list metaslot takes no other options"));
                 }
-                let source = describe_source(&cfg, &cli, &path);
+                let edited = target.as_ref().ok().map(|t| t.edit.path.as_path());
+                let source = describe_source(&cfg, &cli, edited);
                 return Ok(list_metaslot(&cfg, &source, cli.json));
             }
             let providers: Vec<&ProviderConfig> = match w.get("provider") {
@@ -293,17 +341,16 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         }
         Cmd::Install { words } => {
             let w = Words::parse(words, &["provider", "name", "before"], &[])?;
-            let module = w
+            let given = w
                 .get("provider")
-                .ok_or_else(|| usage("install needs provider=PATH"))?
-                .to_string();
+                .ok_or_else(|| usage("install needs provider=PATH"))?;
             let name = match w.get("name") {
                 Some(n) => n.to_string(),
-                None => default_name(&module)
+                None => default_name(given)
                     .ok_or_else(|| usage("cannot derive a name from the module; give name=NAME"))?,
             };
             let before = w.get("before").map(str::to_string);
-            config::update(&path, &lib, |cfg| {
+            edit(&target?, &lib, |cfg| {
                 if cfg.providers.iter().any(|p| p.name == name) {
                     return Err(Fail::Problem(format!(
                         "provider \"{name}\" is already installed"
@@ -317,6 +364,20 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                         .position(|p| &p.name == b)
                         .ok_or_else(|| Fail::Problem(format!("no provider named \"{b}\"")))?,
                 };
+                let module = module_to_install(given)?;
+                // What `refresh` checks: a module that does not load and initialize would fail
+                // every application's C_Initialize.
+                let r = probe::probe(
+                    &ProviderConfig::new(name.clone(), module.clone()),
+                    &config::resolve_module(&module, &lib),
+                    false,
+                );
+                if !r.errors.is_empty() {
+                    return Err(Fail::Problem(format!(
+                        "{given} not installed: {}",
+                        r.errors.join("; ")
+                    )));
+                }
                 cfg.providers
                     .insert(at, ProviderConfig::new(name.clone(), module.clone()));
                 Ok(())
@@ -329,7 +390,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                 .get("provider")
                 .ok_or_else(|| usage("uninstall needs provider=NAME"))?
                 .to_string();
-            config::update(&path, &lib, |cfg| {
+            edit(&target?, &lib, |cfg| {
                 let i = cfg
                     .providers
                     .iter()
@@ -340,11 +401,35 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             })?;
             Ok(0)
         }
-        Cmd::Enable { words } => set_state(&path, &lib, words, true),
-        Cmd::Disable { words } => set_state(&path, &lib, words, false),
-        Cmd::Refresh => refresh(&path, &lib, cli.json),
+        Cmd::Enable { words } => set_state(&target?, &lib, words, true),
+        Cmd::Disable { words } => set_state(&target?, &lib, words, false),
+        Cmd::Refresh => refresh(read, &lib, cli.json),
         Cmd::Stat(_) => unreachable!("handled above"),
     }
+}
+
+/// The module as stored by `install`: a bare file name as given (the framework looks it up
+/// beside libopencf.so), any other path made absolute, its directory canonical (`./libx.so`
+/// would otherwise resolve against each application's working directory). The file name is
+/// kept, so that a symbolic link such as `libx.so` → `libx.so.2.6` still follows upgrades.
+fn module_to_install(module: &str) -> Result<String, Fail> {
+    if !module.contains('/') {
+        return Ok(module.to_string());
+    }
+    let p = Path::new(module);
+    let file = p
+        .file_name()
+        .ok_or_else(|| usage(format!("provider={module} does not name a file")))?;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(dir)
+        .map_err(|e| Fail::Problem(format!("{module} not installed: {}: {e}", dir.display())))?;
+    dir.join(file)
+        .into_os_string()
+        .into_string()
+        .map_err(|_| usage(format!("provider={module}: the path is not UTF-8")))
 }
 
 /// "/usr/lib/softhsm/libsofthsm2.so" → "softhsm2".
@@ -355,14 +440,14 @@ fn default_name(module: &str) -> Option<String> {
     (!stem.is_empty()).then(|| stem.to_string())
 }
 
-fn set_state(path: &Path, lib: &Path, words: &[String], enable: bool) -> Result<u8, Fail> {
+fn set_state(target: &Target, lib: &Path, words: &[String], enable: bool) -> Result<u8, Fail> {
     let verb = if enable { "enable" } else { "disable" };
     if words.first().map(String::as_str) == Some("metaslot") {
         let keys: &[&str] = if enable { &["token"] } else { &[] };
         let w = Words::parse(&words[1..], keys, &["auto-key-migrate"])?;
         let token = w.get("token").map(str::to_string);
         let akm = w.has("auto-key-migrate");
-        config::update(path, lib, |cfg| {
+        let cfg = edit(target, lib, |cfg| {
             if let Some(t) = &token {
                 cfg.metaslot.keystore = t.clone();
             }
@@ -372,8 +457,11 @@ fn set_state(path: &Path, lib: &Path, words: &[String], enable: bool) -> Result<
             if token.is_none() && !akm {
                 cfg.metaslot.enabled = enable;
             }
-            Ok::<_, Fail>(())
+            Ok(cfg.clone())
         })?;
+        if let Some(t) = &token {
+            warn_if_no_token(&cfg, t, lib);
+        }
         return Ok(0);
     }
     let w = Words::parse(words, &["provider", "mechanism"], &["random"])?;
@@ -391,7 +479,7 @@ fn set_state(path: &Path, lib: &Path, words: &[String], enable: bool) -> Result<
             "{verb} provider={name} needs mechanism=LIST|all and/or random"
         )));
     }
-    config::update(path, lib, |cfg| {
+    edit(target, lib, |cfg| {
         let p = cfg
             .providers
             .iter_mut()
@@ -556,11 +644,15 @@ fn list_policy(cfg: &Config, providers: &[&ProviderConfig], json: bool) -> u8 {
 }
 
 /// Where the configuration came from: a short kind (for JSON) and words.
-fn describe_source(cfg: &Config, cli: &Cli, path: &Path) -> (&'static str, String) {
+/// `edited`: the file an edit would create.
+fn describe_source(cfg: &Config, cli: &Cli, edited: Option<&Path>) -> (&'static str, String) {
     match &cfg.source {
         config::Source::BuiltIn => (
             "built-in",
-            format!("built-in default (no file at {})", path.display()),
+            match edited {
+                Some(p) => format!("built-in default (no file at {})", p.display()),
+                None => "built-in default (no configuration file)".to_string(),
+            },
         ),
         config::Source::File(p) => {
             let (kind, words) = if cli.config.is_some() {
@@ -613,7 +705,7 @@ fn list_probe(
         .iter()
         .map(|p| probe::probe(p, &config::resolve_module(&p.module, lib), true))
         .collect();
-    let failed = reports.iter().any(|r| !r.errors.is_empty());
+    let failed = any_problem(&reports);
     if json {
         print_json(&json!({ "config": cfg.source.to_string(), "providers": reports }));
     } else {
@@ -687,7 +779,34 @@ fn list_probe(
     }
 }
 
-fn refresh(path: &Path, lib: &Path, json: bool) -> Result<u8, Fail> {
+/// Whether a probe met a problem, with the module or with one of its slots (status 1).
+fn any_problem(reports: &[probe::ProviderReport]) -> bool {
+    reports
+        .iter()
+        .any(|r| !r.errors.is_empty() || r.slots.iter().any(|s| !s.errors.is_empty()))
+}
+
+/// Warns when no configured provider has a token labelled `label` now: the framework takes
+/// the keystore from the first slot with a token of each provider, and while the metaslot is
+/// enabled C_Initialize fails without it. The setting is kept (the token may be initialized
+/// or inserted later).
+fn warn_if_no_token(cfg: &Config, label: &str, lib: &Path) {
+    let found = cfg.providers.iter().any(|p| {
+        let r = probe::probe(p, &config::resolve_module(&p.module, lib), true);
+        r.slots
+            .iter()
+            .find_map(|s| s.token.as_ref())
+            .is_some_and(|t| t.label == label)
+    });
+    if !found {
+        eprintln!(
+            "cryptoadm: warning: no configured provider has a token labelled \"{label}\" now; \
+             while the metaslot is enabled, applications fail C_Initialize until one has"
+        );
+    }
+}
+
+fn refresh(path: Option<&Path>, lib: &Path, json: bool) -> Result<u8, Fail> {
     let cfg = read_config(path, lib)?;
     let mut problems: Vec<String> = Vec::new();
     if cfg.providers.is_empty() {
@@ -714,4 +833,58 @@ fn refresh(path: &Path, lib: &Path, json: bool) -> Result<u8, Fail> {
         }
     }
     Ok(if problems.is_empty() { 0 } else { EXIT_PROBLEM })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(provider_error: bool, slot_error: bool) -> probe::ProviderReport {
+        let errors = |on: bool| {
+            if on {
+                vec!["C_GetSlotInfo failed: CKR_DEVICE_ERROR".to_string()]
+            } else {
+                Vec::new()
+            }
+        };
+        probe::ProviderReport {
+            name: "p".into(),
+            module: "/m.so".into(),
+            path: "/m.so".into(),
+            info: None,
+            slots: vec![probe::SlotReport {
+                id: 0,
+                description: String::new(),
+                manufacturer: String::new(),
+                flags: Vec::new(),
+                token: None,
+                mechanisms: Vec::new(),
+                errors: errors(slot_error),
+            }],
+            errors: errors(provider_error),
+        }
+    }
+
+    /// An error listed under a slot is a provider problem too (status 1).
+    #[test]
+    fn slot_errors_are_problems() {
+        assert!(!any_problem(&[report(false, false)]));
+        assert!(any_problem(&[report(true, false)]));
+        assert!(any_problem(&[report(false, false), report(false, true)]));
+    }
+
+    #[test]
+    fn installed_modules_are_absolute_or_bare() {
+        let cwd = std::fs::canonicalize(".").unwrap();
+        let ok = |m: &str| module_to_install(m).ok().unwrap();
+        assert_eq!(ok("libx.so"), "libx.so");
+        assert_eq!(ok("./libx.so"), cwd.join("libx.so").to_str().unwrap());
+        assert_eq!(ok("src/../libx.so"), cwd.join("libx.so").to_str().unwrap());
+        assert_eq!(ok("/usr/lib/../lib/libx.so.1"), "/usr/lib/libx.so.1");
+        assert!(matches!(module_to_install("/x/.."), Err(Fail::Usage(_))));
+        assert!(matches!(
+            module_to_install("/nonexistent-dir/libx.so"),
+            Err(Fail::Problem(_))
+        ));
+    }
 }

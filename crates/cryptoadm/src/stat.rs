@@ -2,7 +2,7 @@
 //! text format, once or every few seconds (like Solaris `kstat 1`).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -134,11 +134,24 @@ fn dirs(args: &StatArgs) -> Result<Vec<PathBuf>, Fail> {
 fn read_all(dirs: &[PathBuf]) -> Result<Snapshot, Fail> {
     let mut total = Snapshot::default();
     for d in dirs {
-        let s = opencf_stat::read(d)
-            .map_err(|e| Fail::Problem(format!("{}: cannot read: {e}", d.display())))?;
+        let s = opencf_stat::read(d).map_err(|e| Fail::Problem(read_error(d, &e)))?;
         total.merge(&s);
     }
     Ok(total)
+}
+
+/// The message for a directory that cannot be read; a damaged totals file (the error names
+/// it) is left in place and `--reset` replaces it.
+fn read_error(dir: &Path, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        format!(
+            "cannot read the statistics: {e} (`cryptoadm stat --reset --dir {}` replaces \
+             the damaged file; the counters then start from zero)",
+            dir.display()
+        )
+    } else {
+        format!("{}: cannot read: {e}", dir.display())
+    }
 }
 
 fn mech_label(m: u64) -> String {

@@ -24,7 +24,9 @@ impl Env {
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.arg("--config").arg(&self.cfg).args(args);
-        c.env("OPENCF_LIB_DIR", &self.lib).env_remove("OPENCF_CONF");
+        c.env("OPENCF_LIB_DIR", &self.lib)
+            .env("OPENCF_SOFTTOKEN_DIR", self.dir.path().join("keystore"))
+            .env_remove("OPENCF_CONF");
         c
     }
     fn run(&self, args: &[&str]) -> Output {
@@ -95,26 +97,60 @@ fn list_fresh_system_shows_builtin_default() {
     );
 }
 
+/// The software token built beside this binary: a module that loads (install checks that).
+fn softtoken() -> Option<PathBuf> {
+    let so = softtoken_dir().map(|d| d.join("libopencf_softtoken.so"));
+    if so.is_none() {
+        eprintln!("skipped: target/release/libopencf_softtoken.so not built (cargo build --release -p opencf-softtoken)");
+    }
+    so
+}
+
+/// `dir/name` as a symbolic link to `target`.
+fn link(dir: &Path, name: &str, target: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::os::unix::fs::symlink(target, &p).unwrap();
+    p
+}
+
 #[test]
 fn install_and_uninstall() {
+    let Some(so) = softtoken() else { return };
     let e = Env::new();
-    e.ok(&["install", "provider=/usr/lib/softhsm/libsofthsm2.so"]);
+    let x = e.dir.path().join("x");
+    let hsm = link(&x, "libsofthsm2.so", &so);
+    let foo = link(&x, "libfoo.so.1", &so);
+    e.ok(&["install", &format!("provider={}", hsm.display())]);
     assert!(e.cfg.exists());
     assert_eq!(e.names(), ["softtoken", "softhsm2"]);
     e.ok(&[
         "install",
-        "provider=/opt/x/libfoo.so.1",
+        &format!("provider={}", foo.display()),
         "name=first",
         "before=softtoken",
     ]);
     assert_eq!(e.names(), ["first", "softtoken", "softhsm2"]);
     let v = e.json(&["list"]);
     assert_eq!(v["config"], e.cfg.display().to_string());
-    assert_eq!(v["providers"][0]["module"], "/opt/x/libfoo.so.1");
+    assert_eq!(v["providers"][0]["module"], foo.display().to_string());
     // Duplicate name, unknown before=: problem, exit 1, file unchanged.
     let before = std::fs::read(&e.cfg).unwrap();
-    assert_eq!(e.code(&["install", "provider=/a/libsofthsm2.so"]).0, 1);
-    assert_eq!(e.code(&["install", "provider=/a/b.so", "before=nope"]).0, 1);
+    assert_eq!(
+        e.code(&["install", &format!("provider={}", hsm.display())])
+            .0,
+        1
+    );
+    assert_eq!(
+        e.code(&[
+            "install",
+            &format!("provider={}", foo.display()),
+            "name=b",
+            "before=nope"
+        ])
+        .0,
+        1
+    );
     assert_eq!(std::fs::read(&e.cfg).unwrap(), before);
     e.ok(&["uninstall", "provider=first"]);
     assert_eq!(e.names(), ["softtoken", "softhsm2"]);
@@ -125,6 +161,80 @@ fn install_and_uninstall() {
     assert_eq!(e.code(&["uninstall"]).0, 64);
     assert_eq!(e.code(&["frobnicate"]).0, 64);
     assert_eq!(e.code(&["list", "-x"]).0, 64);
+}
+
+/// Without --config, cryptoadm lists the file the framework reads: a user file, when there is
+/// one, for root as for anyone (only read here: nothing is written outside the temp dir).
+#[test]
+fn list_reads_the_file_the_framework_reads() {
+    let e = Env::new();
+    let xdg = e.dir.path().join("xdg");
+    let user = xdg.join("opencf/opencf.toml");
+    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+    std::fs::write(&user, "[metaslot]\nkeystore = \"Mine\"\n[[provider]]\nname = \"mine\"\nmodule = \"/m/libmine.so\"\n").unwrap();
+    let o = Command::new(BIN)
+        .args(["list", "--json"])
+        .env("XDG_CONFIG_HOME", &xdg)
+        .env("OPENCF_LIB_DIR", &e.lib)
+        .env_remove("OPENCF_CONF")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"], user.display().to_string());
+    assert_eq!(v["providers"][0]["name"], "mine");
+}
+
+#[test]
+fn install_refuses_modules_that_do_not_load() {
+    let e = Env::new();
+    std::fs::write(e.lib.join("libnotp11.so"), b"this is not a shared object").unwrap();
+    for module in [
+        "/etc/passwd",
+        "/nonexistent/libnone.so",
+        "libnotp11.so",
+        "libnone.so",
+    ] {
+        let (code, out) = e.code(&["install", &format!("provider={module}"), "name=bad"]);
+        assert_eq!(code, 1, "{module}: {out}");
+        assert!(out.contains("not installed"), "{module}: {out}");
+        assert!(!e.cfg.exists(), "{module}: nothing written");
+    }
+}
+
+#[test]
+fn install_stores_absolute_paths_and_keeps_bare_names() {
+    let Some(so) = softtoken() else { return };
+    let e = Env::new();
+    link(&e.dir.path().join("mods"), "libmine.so", &so);
+    let o = e
+        .cmd(&["install", "provider=./mods/libmine.so", "name=rel"])
+        .current_dir(e.dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let abs = std::fs::canonicalize(e.dir.path())
+        .unwrap()
+        .join("mods/libmine.so");
+    // A bare name is looked up beside the library, where applications find it too.
+    link(&e.lib, "libbare.so", &so);
+    link(&e.lib, "libopencf_softtoken.so", &so);
+    e.ok(&["install", "provider=libbare.so", "name=bare"]);
+    let v = e.json(&["list"]);
+    let module = |n: &str| {
+        v["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == n)
+            .unwrap()["module"]
+            .clone()
+    };
+    assert_eq!(module("rel"), abs.display().to_string());
+    assert_eq!(module("bare"), "libbare.so");
+    // Every provider loads from any working directory.
+    let o = e.cmd(&["refresh"]).current_dir("/").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 #[test]
@@ -246,12 +356,19 @@ fn metaslot_settings() {
         (v["enabled"].clone(), v["auto_key_migrate"].clone()),
         (Value::Bool(true), Value::Bool(false))
     );
-    e.ok(&[
+    // A label that no provider has now is kept, with a warning (the token may come later).
+    let o = e.run(&[
         "enable",
         "metaslot",
         "token=My HSM Token",
         "auto-key-migrate",
     ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: no configured provider has a token labelled \"My HSM Token\""),
+        "{err}"
+    );
     let v = e.json(&["list", "metaslot"]);
     assert_eq!(
         (v["keystore"].clone(), v["auto_key_migrate"].clone()),
@@ -344,6 +461,16 @@ fn refresh_reports_problems() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["providers"][0]["ok"], false);
     assert_eq!(v["problems"].as_array().unwrap().len(), 2);
+    // Listings that load the modules report the problem with status 1 too.
+    for args in [
+        &["list", "-m"][..],
+        &["list", "-v"],
+        &["list", "-m", "--json"],
+    ] {
+        let (code, out) = e.code(args);
+        assert_eq!(code, 1, "{args:?}: {out}");
+        assert!(out.contains("libnone.so"), "{args:?}: {out}");
+    }
 }
 
 fn softtoken_dir() -> Option<PathBuf> {
@@ -370,6 +497,17 @@ fn refresh_and_list_m_with_softtoken() {
     ]);
     e.ok(&["uninstall", "provider=softtoken"]);
     e.ok(&["disable", "provider=soft", "mechanism=CKM_ECDSA"]);
+    // A keystore label that a provider has: no warning.
+    let o = e
+        .cmd(&["enable", "metaslot", "token=OpenCF Softtoken"])
+        .env("OPENCF_SOFTTOKEN_DIR", &store)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let run = |args: &[&str]| {
         let o = e
             .cmd(args)
@@ -482,18 +620,24 @@ fn list_m_with_softhsm() {
 
 #[test]
 fn concurrent_writers_never_tear_the_file() {
+    let Some(so) = softtoken() else { return };
     let e = Env::new();
-    e.ok(&["install", "provider=/x/libbase.so", "name=base"]);
+    e.ok(&[
+        "install",
+        &format!("provider={}", so.display()),
+        "name=base",
+    ]);
     let children: Vec<_> = (0..8)
         .map(|i| {
             let cfg = e.cfg.clone();
             let lib = e.lib.clone();
+            let (so, store) = (so.clone(), e.dir.path().join("keystore"));
             std::thread::spawn(move || {
                 for round in 0..6 {
                     let args: Vec<String> = match (i + round) % 4 {
                         0 => vec![
                             "install".into(),
-                            format!("provider=/x/libp{i}-{round}.so"),
+                            format!("provider={}", so.display()),
                             format!("name=p{i}-{round}"),
                         ],
                         1 => vec![
@@ -519,6 +663,7 @@ fn concurrent_writers_never_tear_the_file() {
                         .arg(&cfg)
                         .args(&args)
                         .env("OPENCF_LIB_DIR", &lib)
+                        .env("OPENCF_SOFTTOKEN_DIR", &store)
                         .output()
                         .unwrap();
                     assert!(

@@ -252,6 +252,39 @@ fn stat_shows_live_and_retained_counters_and_resets() {
 }
 
 #[test]
+fn damaged_totals_are_named_and_reset_repairs_them() {
+    let e = Env::new();
+    std::fs::create_dir_all(&e.stat).unwrap();
+    let retained = e.stat.join("retained.json");
+    std::fs::write(&retained, b"{bad").unwrap();
+    let o = e.run(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&retained.display().to_string()) && err.contains("--reset"),
+        "{err}"
+    );
+    assert!(e.run(&["--reset"]).status.success());
+    assert_eq!(rows(&e.json(&[])), 0);
+    // A path that is not a directory cannot be read: status 1.
+    let file = e.tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    for args in [&["stat"][..], &["stat", "--reset"]] {
+        let o = Command::new(BIN)
+            .arg("--config")
+            .arg(e.tmp.path().join("opencf.toml"))
+            .args(args)
+            .arg("--dir")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("not a directory"), "{err}");
+    }
+}
+
+#[test]
 fn stat_interval_prints_deltas() {
     let e = Env::new();
     let sync = e.tmp.path().join("sync");

@@ -21,7 +21,8 @@
 //!
 //! [`load`] finds the file (search order below), parses and validates it and applies the
 //! environment overrides. [`load_from`] parses one file without overrides (what an editor such
-//! as cryptoadm uses), [`save`] and [`update`] write it back atomically under a lock.
+//! as cryptoadm uses), [`save`] and [`update`] write it back atomically under a lock;
+//! [`edit_target`] says which file an editor writes and [`update_target`] edits it.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -342,6 +343,47 @@ fn find_config_file_with(system: &Path) -> Option<PathBuf> {
         return Some(system.to_path_buf());
     }
     None
+}
+
+/// Where an editor such as cryptoadm writes, and what an edit starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditTarget {
+    /// The file the edit is written to.
+    pub path: PathBuf,
+    /// The file the edit starts from while `path` does not exist yet; the built-in default
+    /// when None or missing too.
+    pub seed: Option<PathBuf>,
+}
+
+/// Where an edit goes, the counterpart of [`find_config_file`]: `explicit` (cryptoadm
+/// `--config`), else `$OPENCF_CONF`, else for root the system file
+/// ([`SYSTEM_CONFIG_PATH`]), else the user file ([`user_config_path`]). A user's first edit
+/// starts from the system file when there is one, so that the new user file, which takes
+/// precedence from then on, keeps the system's providers and settings. None when the user
+/// file has no place (neither `XDG_CONFIG_HOME` nor `HOME` set).
+pub fn edit_target(explicit: Option<&Path>, root: bool) -> Option<EditTarget> {
+    edit_target_with(explicit, root, Path::new(SYSTEM_CONFIG_PATH))
+}
+
+fn edit_target_with(explicit: Option<&Path>, root: bool, system: &Path) -> Option<EditTarget> {
+    let named = explicit.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os(ENV_CONF)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    });
+    if let Some(path) = named {
+        return Some(EditTarget { path, seed: None });
+    }
+    if root {
+        return Some(EditTarget {
+            path: system.to_path_buf(),
+            seed: None,
+        });
+    }
+    Some(EditTarget {
+        path: user_config_path()?,
+        seed: Some(system.to_path_buf()),
+    })
 }
 
 /// Finds, parses and validates the configuration, then applies the environment overrides.
@@ -744,11 +786,26 @@ pub fn update<T, E: From<ConfigError>>(
     lib_dir: &Path,
     f: impl FnOnce(&mut Config) -> Result<T, E>,
 ) -> Result<T, E> {
+    let target = EditTarget {
+        path: path.to_path_buf(),
+        seed: None,
+    };
+    update_target(&target, lib_dir, f)
+}
+
+/// [`update`] of `target.path`, starting from `target.seed` (else the built-in default) while
+/// `target.path` does not exist yet.
+pub fn update_target<T, E: From<ConfigError>>(
+    target: &EditTarget,
+    lib_dir: &Path,
+    f: impl FnOnce(&mut Config) -> Result<T, E>,
+) -> Result<T, E> {
+    let path = target.path.as_path();
     let _lock = lock(path)?;
-    let mut cfg = if path.exists() {
-        load_from(path)?
-    } else {
-        default_config_in(lib_dir)
+    let mut cfg = match &target.seed {
+        _ if path.exists() => load_from(path)?,
+        Some(seed) if seed.exists() => load_from(seed)?,
+        _ => default_config_in(lib_dir),
     };
     let out = f(&mut cfg)?;
     cfg.source = Source::File(path.to_path_buf());

@@ -515,3 +515,83 @@ fn search_order_and_env_overrides() {
         (Source::BuiltIn, "Other Token", false)
     );
 }
+
+#[test]
+fn edits_go_to_the_file_of_the_editor_and_start_from_the_file_in_effect() {
+    let _g = env_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("lib");
+    let xdg = dir.path().join("xdg");
+    let system = dir.path().join("etc/opencf/opencf.toml");
+    let user = xdg.join("opencf/opencf.toml");
+    fs::create_dir_all(&lib).unwrap();
+    let _e = EnvGuard::set(&[("XDG_CONFIG_HOME", Some(xdg.to_str().unwrap()))]);
+    let target = |explicit: Option<&Path>, root| edit_target_with(explicit, root, &system).unwrap();
+
+    // Root edits the system file, a user the user file; --config and OPENCF_CONF name theirs.
+    assert_eq!(
+        target(None, true),
+        EditTarget {
+            path: system.clone(),
+            seed: None
+        }
+    );
+    assert_eq!(
+        target(None, false),
+        EditTarget {
+            path: user.clone(),
+            seed: Some(system.clone())
+        }
+    );
+    let explicit = dir.path().join("explicit.toml");
+    for root in [false, true] {
+        assert_eq!(target(Some(&explicit), root).path, explicit);
+        assert_eq!(target(Some(&explicit), root).seed, None);
+    }
+    std::env::set_var(ENV_CONF, &explicit);
+    assert_eq!(target(None, false).path, explicit);
+    assert_eq!(target(Some(&system), false).path, system, "--config first");
+    std::env::remove_var(ENV_CONF);
+
+    // A user's first edit starts from the system file, which stays as it was; the new user
+    // file is what the framework reads from then on.
+    fs::create_dir_all(system.parent().unwrap()).unwrap();
+    fs::write(
+        &system,
+        "[metaslot]\nkeystore = \"sys\"\n[[provider]]\nname = \"hsm\"\nmodule = \"/opt/libhsm.so\"\n",
+    )
+    .unwrap();
+    let before = fs::read(&system).unwrap();
+    let edit = |f: fn(&mut Config)| {
+        update_target(&target(None, false), &lib, |c| {
+            f(c);
+            Ok::<_, ConfigError>(())
+        })
+        .unwrap()
+    };
+    edit(|c| c.providers[0].random = false);
+    assert_eq!(fs::read(&system).unwrap(), before);
+    assert_eq!(find_config_file_with(&system), Some(user.clone()));
+    let c = load_from(&user).unwrap();
+    assert_eq!(
+        (c.metaslot.keystore.as_str(), c.providers[0].name.as_str()),
+        ("sys", "hsm")
+    );
+    assert!(!c.providers[0].random);
+    // Later edits start from the user file.
+    edit(|c| c.metaslot.auto_key_migrate = false);
+    let c = load_from(&user).unwrap();
+    assert!(!c.providers[0].random && !c.metaslot.auto_key_migrate);
+
+    // Without a system file the first edit starts from the built-in default.
+    fs::remove_file(&user).unwrap();
+    fs::remove_file(&system).unwrap();
+    edit(|_| {});
+    let names: Vec<_> = load_from(&user)
+        .unwrap()
+        .providers
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["softtoken"]);
+}

@@ -228,8 +228,12 @@ fn load_totals(dir: &Path, name: &str) -> io::Result<Snapshot> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Snapshot::default()),
         Err(e) => return Err(e),
     };
-    let form: FileForm = serde_json::from_reader(io::BufReader::new(file))
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))?;
+    let form: FileForm = serde_json::from_reader(io::BufReader::new(file)).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {e}", dir.join(name).display()),
+        )
+    })?;
     let mut s = Snapshot::default();
     for r in form.mechanisms {
         s.mechanisms.entry(r.key).or_default().add(&r.stats);
@@ -416,11 +420,23 @@ fn read_segment(seg: &Segment) -> Option<Snapshot> {
     Some(s)
 }
 
+/// What [`sweep`] does with the segments of exited processes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dead {
+    /// Folds them into the retained totals (read from the file).
+    Fold,
+    /// Deletes them uncounted; the retained totals file is not read (a reset empties it).
+    Drop,
+}
+
 /// Reads the live segments of `dir` and folds the dead ones into the retained totals (then
 /// deletes them). Call with the directory lock held. Returns (live sum, retained totals).
-fn sweep(dir: &Path) -> io::Result<(Snapshot, Snapshot)> {
+fn sweep(dir: &Path, dead_ones: Dead) -> io::Result<(Snapshot, Snapshot)> {
     let mut live = Snapshot::default();
-    let mut retained = load_totals(dir, RETAINED_FILE)?;
+    let mut retained = match dead_ones {
+        Dead::Fold => load_totals(dir, RETAINED_FILE)?,
+        Dead::Drop => Snapshot::default(),
+    };
     let mut dead = Vec::new();
     // A process with several copies of the library has several segments: counted once.
     let mut seen = std::collections::HashSet::new();
@@ -444,7 +460,9 @@ fn sweep(dir: &Path) -> io::Result<(Snapshot, Snapshot)> {
     }
     if !dead.is_empty() {
         retained.processes = 0;
-        store_totals(dir, RETAINED_FILE, &retained)?;
+        if dead_ones == Dead::Fold {
+            store_totals(dir, RETAINED_FILE, &retained)?;
+        }
         for p in dead {
             let _ = fs::remove_file(p);
         }
@@ -452,38 +470,52 @@ fn sweep(dir: &Path) -> io::Result<(Snapshot, Snapshot)> {
     Ok((live, retained))
 }
 
+/// Whether `dir` is a statistics directory to work in: false when it does not exist, an
+/// error when something else than a directory is there.
+fn existing_dir(dir: &Path) -> io::Result<bool> {
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(true),
+        Ok(_) => Err(io::ErrorKind::NotADirectory.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Folds the segments of exited processes in `dir` into the retained totals. A missing
 /// directory is not an error.
 pub fn collect(dir: &Path) -> io::Result<()> {
-    if !dir.is_dir() {
+    if !existing_dir(dir)? {
         return Ok(());
     }
     let _lock = lock_dir(dir)?;
-    sweep(dir).map(|_| ())
+    sweep(dir, Dead::Fold).map(|_| ())
 }
 
 /// The counters of `dir` since the last [`reset`]: live processes plus the retained totals of
 /// exited ones, minus the baseline. Exited processes' segments are folded into the retained
-/// totals on the way. A missing directory reads as empty.
+/// totals on the way. A missing directory reads as empty; a path that is not a directory is
+/// an error, and so is a retained totals or baseline file that cannot be parsed
+/// ([`io::ErrorKind::InvalidData`], naming the file; [`reset`] replaces both).
 pub fn read(dir: &Path) -> io::Result<Snapshot> {
-    if !dir.is_dir() {
+    if !existing_dir(dir)? {
         return Ok(Snapshot::default());
     }
     let _lock = lock_dir(dir)?;
-    let (mut total, retained) = sweep(dir)?;
+    let (mut total, retained) = sweep(dir, Dead::Fold)?;
     total.merge(&retained);
     let baseline = load_totals(dir, BASELINE_FILE)?;
     Ok(total.since(&baseline))
 }
 
 /// Zeroes the counters of `dir`: the retained totals are emptied and the live counters become
-/// the baseline that later reads subtract.
+/// the baseline that later reads subtract. Neither file is read, so a reset also repairs a
+/// corrupt one; the segments of exited processes are deleted uncounted.
 pub fn reset(dir: &Path) -> io::Result<()> {
-    if !dir.is_dir() {
+    if !existing_dir(dir)? {
         return Ok(());
     }
     let _lock = lock_dir(dir)?;
-    let (live, _) = sweep(dir)?;
+    let (live, _) = sweep(dir, Dead::Drop)?;
     store_totals(dir, BASELINE_FILE, &live.without_gauges())?;
     store_totals(dir, RETAINED_FILE, &Snapshot::default())
 }

@@ -229,6 +229,32 @@ fn unusable_directory_disables_counting() {
     assert!(off.segment_path().is_none());
     // Reading a directory that does not exist is empty, not an error.
     assert_eq!(read(&tmp.path().join("none")).unwrap(), Snapshot::default());
+    // Something else than a directory there is an error.
+    for e in [read(&file).unwrap_err(), reset(&file).unwrap_err()] {
+        assert_eq!(e.kind(), std::io::ErrorKind::NotADirectory, "{e}");
+    }
+}
+
+#[test]
+fn corrupt_totals_are_reported_and_reset_repairs_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("stat");
+    run_child(&dir);
+    for name in [RETAINED_FILE, BASELINE_FILE] {
+        let path = dir.join(name);
+        std::fs::write(&path, b"{bad").unwrap();
+        let e = read(&dir).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        reset(&dir).unwrap();
+        assert_eq!(segments(&dir), 0, "the dead segment is gone");
+        let s = read(&dir).unwrap();
+        assert!(s.mechanisms.values().all(MechStats::is_zero), "{s:?}");
+        // Counting goes on from the reset.
+        run_child(&dir);
+        let s = read(&dir).unwrap();
+        assert_eq!(s.mechanisms[&key("softtoken", AES_GCM)].ops, 3);
+    }
 }
 
 #[test]

@@ -13,7 +13,11 @@
  * - a sensitive key's CKA_VALUE is read-only whatever value C_SetAttributeValue or
  *   C_CopyObject gives it: the answer must not confirm a guess;
  * - handles of private objects are invalid after C_Logout, "even if a user is later logged
- *   back into the token", and a search begun before the logout no longer returns them.
+ *   back into the token", and a search begun before the logout no longer returns them;
+ * - key-handling rules: only the SO makes a key CKA_TRUSTED (in every call that makes one);
+ *   a wrapping key's CKA_WRAP_TEMPLATE limits the keys it wraps; an unwrapping or base key's
+ *   CKA_UNWRAP_TEMPLATE or CKA_DERIVE_TEMPLATE is applied to the new key, a caller's
+ *   conflicting value refused; an HKDF salt key needs CKA_DERIVE.
  *
  * The token must be fresh (OPENCF_SOFTTOKEN_DIR of its own): its expired default user PIN
  * "changeme" is changed on the first login.
@@ -266,6 +270,82 @@ static void private_handles_end_at_logout(CK_SESSION_HANDLE s)
     }
 }
 
+/* Only the SO makes a key trusted; a wrap template limits what is wrapped. */
+static void trusted_and_wrap_template(CK_SESSION_HANDLE s)
+{
+    static CK_UTF8CHAR only[] = "only-this", other[] = "another";
+    CK_MECHANISM gen = { CKM_AES_KEY_GEN, NULL, 0 }, kwp = { CKM_AES_KEY_WRAP_KWP, NULL, 0 };
+    CK_ULONG len16 = 16;
+    CK_OBJECT_HANDLE h, wrapping, fits, other_key;
+    CK_ATTRIBUTE trusted[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                               A(CKA_WRAP, T), A(CKA_TRUSTED, T) };
+    expect("C_CreateObject(CKA_TRUSTED) as the user", F->C_CreateObject(s, trusted, NA(trusted), &h),
+           CKR_ATTRIBUTE_READ_ONLY);
+    CK_ATTRIBUTE gen_trusted[] = { A(CKA_VALUE_LEN, len16), A(CKA_WRAP, T), A(CKA_TRUSTED, T) };
+    expect("C_GenerateKey(CKA_TRUSTED) as the user", F->C_GenerateKey(s, &gen, gen_trusted, NA(gen_trusted), &h),
+           CKR_ATTRIBUTE_READ_ONLY);
+
+    CK_ATTRIBUTE want[] = { { CKA_LABEL, only, sizeof only - 1 } };
+    CK_ATTRIBUTE wt[] = { A(CKA_VALUE_LEN, len16), A(CKA_WRAP, T), { CKA_WRAP_TEMPLATE, want, sizeof want } };
+    must("C_GenerateKey (wrapping key)", F->C_GenerateKey(s, &gen, wt, NA(wt), &wrapping));
+    CK_ATTRIBUTE ft[] = { A(CKA_VALUE_LEN, len16), A(CKA_EXTRACTABLE, T), { CKA_LABEL, only, sizeof only - 1 } };
+    CK_ATTRIBUTE ot[] = { A(CKA_VALUE_LEN, len16), A(CKA_EXTRACTABLE, T), { CKA_LABEL, other, sizeof other - 1 } };
+    must("C_GenerateKey", F->C_GenerateKey(s, &gen, ft, NA(ft), &fits));
+    must("C_GenerateKey", F->C_GenerateKey(s, &gen, ot, NA(ot), &other_key));
+    CK_BYTE wrapped[64];
+    CK_ULONG wl = sizeof wrapped;
+    expect("C_WrapKey of a key its CKA_WRAP_TEMPLATE matches", F->C_WrapKey(s, &kwp, wrapping, fits, wrapped, &wl),
+           CKR_OK);
+    wl = sizeof wrapped;
+    expect("C_WrapKey of a key its CKA_WRAP_TEMPLATE does not match",
+           F->C_WrapKey(s, &kwp, wrapping, other_key, wrapped, &wl), CKR_KEY_NOT_WRAPPABLE);
+}
+
+/* Unwrap and derive templates of the key, and the HKDF salt key's usage. */
+static void unwrap_and_derive_templates(CK_SESSION_HANDLE s)
+{
+    CK_MECHANISM gen = { CKM_AES_KEY_GEN, NULL, 0 }, kwp = { CKM_AES_KEY_WRAP_KWP, NULL, 0 };
+    CK_ULONG len16 = 16;
+    CK_OBJECT_HANDLE unwrapping, loose, h, base, salt;
+    CK_ATTRIBUTE forced[] = { A(CKA_SENSITIVE, T) };
+    CK_ATTRIBUTE ut[] = { A(CKA_VALUE_LEN, len16), A(CKA_WRAP, T), A(CKA_UNWRAP, T),
+                          { CKA_UNWRAP_TEMPLATE, forced, sizeof forced } };
+    must("C_GenerateKey (unwrapping key)", F->C_GenerateKey(s, &gen, ut, NA(ut), &unwrapping));
+    CK_ATTRIBUTE lt[] = { A(CKA_VALUE_LEN, len16), A(CKA_EXTRACTABLE, T), A(CKA_SENSITIVE, Fa) };
+    must("C_GenerateKey", F->C_GenerateKey(s, &gen, lt, NA(lt), &loose));
+    CK_BYTE wrapped[64], value[32];
+    CK_ULONG wl = sizeof wrapped;
+    must("C_WrapKey", F->C_WrapKey(s, &kwp, unwrapping, loose, wrapped, &wl));
+    CK_ATTRIBUTE open_t[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_SENSITIVE, Fa) };
+    expect("C_UnwrapKey asking CKA_SENSITIVE false against the CKA_UNWRAP_TEMPLATE",
+           F->C_UnwrapKey(s, &kwp, unwrapping, wrapped, wl, open_t, NA(open_t), &h), CKR_TEMPLATE_INCONSISTENT);
+    CK_ATTRIBUTE plain_t[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes) };
+    must("C_UnwrapKey", F->C_UnwrapKey(s, &kwp, unwrapping, wrapped, wl, plain_t, NA(plain_t), &h));
+    CK_ATTRIBUTE get[] = { { CKA_VALUE, value, sizeof value } };
+    expect("  the unwrapped key is sensitive", F->C_GetAttributeValue(s, h, get, 1), CKR_ATTRIBUTE_SENSITIVE);
+
+    CK_ATTRIBUTE bt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE, v32), A(CKA_DERIVE, T),
+                          { CKA_DERIVE_TEMPLATE, forced, sizeof forced } };
+    base = make(s, bt, NA(bt));
+    CK_ATTRIBUTE st[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE, v16), A(CKA_DERIVE, Fa),
+                          A(CKA_SENSITIVE, T) };
+    salt = make(s, st, NA(st));
+    CK_HKDF_PARAMS hp = { CK_TRUE, CK_TRUE, CKM_SHA256, CKF_HKDF_SALT_DATA, v16, 16, 0, NULL, 0 };
+    CK_MECHANISM hkdf = { CKM_HKDF_DERIVE, &hp, sizeof hp };
+    CK_ATTRIBUTE dt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE_LEN, len16),
+                          A(CKA_SENSITIVE, Fa) };
+    expect("C_DeriveKey asking CKA_SENSITIVE false against the CKA_DERIVE_TEMPLATE",
+           F->C_DeriveKey(s, &hkdf, base, dt, NA(dt), &h), CKR_TEMPLATE_INCONSISTENT);
+    must("C_DeriveKey", F->C_DeriveKey(s, &hkdf, base, dt, NA(dt) - 1, &h));
+    expect("  the derived key is sensitive", F->C_GetAttributeValue(s, h, get, 1), CKR_ATTRIBUTE_SENSITIVE);
+    hp.ulSaltType = CKF_HKDF_SALT_KEY;
+    hp.pSalt = NULL;
+    hp.ulSaltLen = 0;
+    hp.hSaltKey = salt;
+    expect("C_DeriveKey with a salt key whose CKA_DERIVE is false", F->C_DeriveKey(s, &hkdf, base, dt, NA(dt) - 1, &h),
+           CKR_KEY_FUNCTION_NOT_PERMITTED);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -294,6 +374,8 @@ int main(int argc, char **argv)
     no_answer_confirms_a_guess(s);
     context_specific_login(s);
     private_handles_end_at_logout(s);
+    trusted_and_wrap_template(s);
+    unwrap_and_derive_templates(s);
     F->C_CloseSession(s);
     F->C_Finalize(NULL);
     printf("%s: %d failed\n", argv[1], failures);

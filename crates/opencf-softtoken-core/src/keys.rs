@@ -8,7 +8,9 @@ use crate::object::Object;
 use crate::policy::Origin;
 use crate::SoftToken;
 use opencf_abi::sys::*;
-use opencf_abi::{Attribute, CkResult, MechParam, Mechanism, OutBuf, CKM_OPENCF_MIGRATE_KWP};
+use opencf_abi::{
+    decode_template, Attribute, CkResult, MechParam, Mechanism, OutBuf, CKM_OPENCF_MIGRATE_KWP,
+};
 
 /// The value length a derived key's template implies: `CKA_VALUE_LEN`, or its key type's
 /// fixed size.
@@ -53,6 +55,31 @@ fn secret_template(template: &[Attribute]) -> CkResult<AttrMap> {
     Ok(t)
 }
 
+/// A caller's template for `C_UnwrapKey` or `C_DeriveKey` with the unwrapping or base key's
+/// `CKA_UNWRAP_TEMPLATE` or `CKA_DERIVE_TEMPLATE` (`which`) applied: its attributes are added,
+/// and one the caller gives another value is `CKR_TEMPLATE_INCONSISTENT` (PKCS#11 3.2 §4.10:
+/// the key's template is applied to the new key, the caller's "after this template as if the
+/// object has already been created"; *decision*: any other value is refused, not only one a
+/// `C_SetAttributeValue` could not make).
+fn with_key_template(
+    template: &[Attribute],
+    key: &Object,
+    which: CK_ATTRIBUTE_TYPE,
+) -> CkResult<Vec<Attribute>> {
+    let mut out = template.to_vec();
+    let Some(forced) = key.attrs.bytes(which).filter(|b| !b.is_empty()) else {
+        return Ok(out);
+    };
+    for a in decode_template(forced)? {
+        match template.iter().find(|u| u.kind == a.kind) {
+            Some(u) if u.value != a.value => return Err(CKR_TEMPLATE_INCONSISTENT),
+            Some(_) => {}
+            None => out.push(a),
+        }
+    }
+    Ok(out)
+}
+
 impl SoftToken {
     /// `C_GenerateKey`.
     pub fn generate_key(
@@ -73,6 +100,7 @@ impl SoftToken {
         crate::policy::check_generation_template(&t)?;
         let material = mech::generate_key(m, &t)?;
         let attrs = self.build_object(
+            &sess,
             &t,
             material,
             Origin::Generated(m.mechanism),
@@ -103,8 +131,8 @@ impl SoftToken {
         crate::policy::check_generation_template(&qt)?;
         let (pm, qm) = mech::generate_key_pair(m, &pt, &qt)?;
         let origin = Origin::Generated(m.mechanism);
-        let pa = self.build_object(&pt, pm, origin, Some(CKO_PUBLIC_KEY))?;
-        let qa = self.build_object(&qt, qm, origin, Some(CKO_PRIVATE_KEY))?;
+        let pa = self.build_object(&sess, &pt, pm, origin, Some(CKO_PUBLIC_KEY))?;
+        let qa = self.build_object(&sess, &qt, qm, origin, Some(CKO_PRIVATE_KEY))?;
         let ph = self.store_object(&sess, pa)?;
         match self.store_object(&sess, qa) {
             Ok(qh) => Ok((ph, qh)),
@@ -167,6 +195,17 @@ impl SoftToken {
         if k.attrs.is_true(CKA_WRAP_WITH_TRUSTED) && !wk.attrs.is_true(CKA_TRUSTED) && !migrate {
             return Err(CKR_KEY_NOT_WRAPPABLE);
         }
+        // The wrapping key's CKA_WRAP_TEMPLATE: "keys that do not match cannot be wrapped"
+        // (a secret attribute of the key never matches, as in C_FindObjects).
+        if let Some(req) = wk.attrs.bytes(CKA_WRAP_TEMPLATE).filter(|b| !b.is_empty()) {
+            let req: Vec<_> = decode_template(req)?
+                .into_iter()
+                .map(|a| (a.kind, a.value))
+                .collect();
+            if !crate::policy::matches(&k.attrs, &req) {
+                return Err(CKR_KEY_NOT_WRAPPABLE);
+            }
+        }
         let bytes = mech::key_to_bytes(k.key())?;
         let wrapped = mech::wrap(m, wk.key(), &bytes)?;
         out.write(&wrapped)?;
@@ -206,7 +245,8 @@ impl SoftToken {
                 e
             }
         })?;
-        let t = attrs::from_template(template)?;
+        let template = with_key_template(template, &uk, CKA_UNWRAP_TEMPLATE)?;
+        let t = attrs::from_template(&template)?;
         let class = t.ulong(CKA_CLASS)?.unwrap_or(CKO_SECRET_KEY);
         let key_type = t.ulong(CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
         let mut bytes = mech::unwrap(m, uk.key(), wrapped)?;
@@ -220,7 +260,7 @@ impl SoftToken {
             }
         }
         let material = mech::key_from_bytes(class, key_type, &bytes)?;
-        let mut attrs = self.build_object(&t, material, Origin::Derived, Some(class))?;
+        let mut attrs = self.build_object(&sess, &t, material, Origin::Derived, Some(class))?;
         inherit_sensitivity(&mut attrs, None);
         self.store_object(&sess, attrs)
     }
@@ -245,21 +285,26 @@ impl SoftToken {
             CKA_DERIVE,
             m.mechanism,
         )?;
-        let t = secret_template(template)?;
+        let t = secret_template(&with_key_template(template, &bk, CKA_DERIVE_TEMPLATE)?)?;
         let salt = match &m.param {
             MechParam::Hkdf {
                 salt_type,
                 salt_key,
                 ..
             } if *salt_type == CKF_HKDF_SALT_KEY => {
-                Some(self.visible_object(&sess, *salt_key, CKR_KEY_HANDLE_INVALID)?)
+                // The salt key takes part in the derivation as the base key does: it needs
+                // CKA_DERIVE and a mechanism restriction that allows this one.
+                let salt = self.visible_object(&sess, *salt_key, CKR_KEY_HANDLE_INVALID)?;
+                check_key(&salt, &[CKO_SECRET_KEY], CKA_DERIVE, m.mechanism)?;
+                Some(salt)
             }
             _ => None,
         };
         let secret = mech::derive(m, bk.key(), salt.as_ref().map(|o| o.key()), value_len(&t)?)?;
         let mut material = AttrMap::new();
         material.insert(CKA_VALUE, secret.to_vec());
-        let mut attrs = self.build_object(&t, material, Origin::Derived, Some(CKO_SECRET_KEY))?;
+        let mut attrs =
+            self.build_object(&sess, &t, material, Origin::Derived, Some(CKO_SECRET_KEY))?;
         inherit_sensitivity(&mut attrs, Some(&bk));
         self.store_object(&sess, attrs)
     }
@@ -282,7 +327,8 @@ impl SoftToken {
         }
         let mut material = AttrMap::new();
         material.insert(CKA_VALUE, value);
-        let mut attrs = self.build_object(&t, material, Origin::Derived, Some(CKO_SECRET_KEY))?;
+        let mut attrs =
+            self.build_object(sess, &t, material, Origin::Derived, Some(CKO_SECRET_KEY))?;
         inherit_sensitivity(&mut attrs, base);
         self.store_object(sess, attrs)
     }

@@ -153,11 +153,19 @@ impl SoftToken {
     /// checks. `material` (from key generation, unwrap, derive) is merged over the template.
     pub fn build_object(
         &self,
+        sess: &Session,
         template: &AttrMap,
         material: AttrMap,
         origin: Origin,
         default_class: Option<CK_OBJECT_CLASS>,
     ) -> CkResult<AttrMap> {
+        // Only the SO makes a key trusted (PKCS#11 3.2 §4.8, §4.10: "can only be set to
+        // CK_TRUE by the SO user"), whatever the call that makes the object; a trusted key of
+        // the user's making would wrap any CKA_WRAP_WITH_TRUSTED key out under a value the
+        // user knows.
+        if template.is_true(CKA_TRUSTED) && sess.token.login() != LOGGED_SO {
+            return Err(CKR_ATTRIBUTE_READ_ONLY);
+        }
         let class = match (template.ulong(CKA_CLASS)?, material.ulong(CKA_CLASS)?) {
             (Some(a), Some(b)) if a != b => return Err(CKR_TEMPLATE_INCONSISTENT),
             (Some(a), _) | (None, Some(a)) => a,
@@ -215,7 +223,7 @@ impl SoftToken {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let t = attrs::from_template(template)?;
-        let attrs = self.build_object(&t, AttrMap::new(), Origin::Created, None)?;
+        let attrs = self.build_object(&sess, &t, AttrMap::new(), Origin::Created, None)?;
         self.store_object(&sess, attrs)
     }
 

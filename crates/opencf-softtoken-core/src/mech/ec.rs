@@ -13,8 +13,9 @@
 //!
 //! Decisions:
 //! - **ECDSA signatures** are `r || s`, each left-padded to the length of the group order
-//!   (`nLen`). Verification takes any even length up to `2 nLen`, as PKCS#11 3.x allows; other
-//!   lengths are `CKR_SIGNATURE_LEN_RANGE`. `CKM_ECDSA` signs its input as the hash, of any
+//!   (`nLen`). Verification takes exactly `2 nLen` bytes; other lengths are
+//!   `CKR_SIGNATURE_LEN_RANGE` (see `ecdsa_der`: PKCS#11 lets a token take shorter forms, and
+//!   this one does not). `CKM_ECDSA` signs its input as the hash, of any
 //!   length (the leftmost bits of a longer one are used).
 //! - **EdDSA** (`CKM_EDDSA`, single- and multi-part; pure EdDSA reads the message twice, so the
 //!   parts are kept, up to 64 MiB, beyond which `CKR_TOKEN_RESOURCE_EXCEEDED`): no parameter is

@@ -290,6 +290,10 @@ T(t_init_partial_os, CK_C_INITIALIZE_ARGS a = { 0 }; a.flags = CKF_OS_LOCKING_OK
  * application's functions; the softtoken cannot -> CKR_CANT_LOCK */
 T(t_init_mutex_nolock, CK_C_INITIALIZE_ARGS a = { cm_create, cm_destroy, cm_lock, cm_unlock, 0, NULL };
   return init_expect_fail(&a);)
+/* an application that forbids the library's own threads: the softtoken needs none, the
+ * accelerator's scheduler and bulk engine do -> CKR_NEED_TO_CREATE_THREADS */
+T(t_init_nothreads, CK_C_INITIALIZE_ARGS a = { 0 }; a.flags = CKF_OS_LOCKING_OK | CKF_LIBRARY_CANT_CREATE_OS_THREADS;
+  return init_expect_fail(&a);)
 T(t_init_ok, return F->C_Initialize(NULL);)
 T(t_init_again_null, return F->C_Initialize(NULL);)
 T(t_init_again_args, CK_C_INITIALIZE_ARGS a = { 0 }; a.flags = CKF_OS_LOCKING_OK; return F->C_Initialize(&a);)
@@ -771,6 +775,12 @@ static CK_RV s1_flags(CK_FLAGS must, CK_FLAGS mustnot)
 T(t_s1_uninit, return s1_flags(0, CKF_TOKEN_INITIALIZED);)
 T(t_s1_inittoken, CK_UTF8CHAR l[32]; memset(l, ' ', 32); memcpy(l, "lockout", 7);
   return F->C_InitToken(SLOT1, so_pin, PINLEN(so_pin), l);)
+T(t_s1_inittoken_shortpin, CK_UTF8CHAR l[32]; memset(l, ' ', 32); memcpy(l, "lockout", 7);
+  return F->C_InitToken(SLOT1, (CK_UTF8CHAR *)"abc", 3, l);)
+/* after C_InitToken on the empty slot, a new empty slot follows it, even after a refused try */
+T(t_s1_next_empty, CK_TOKEN_INFO ti; CK_RV rv = F->C_GetTokenInfo(SLOT1 + 1, &ti); if (rv) return rv;
+  if (ti.flags & CKF_TOKEN_INITIALIZED) return check_fail("%s 0x%lx", "slot 2 flags", ti.flags);
+  return CKR_OK;)
 T(t_s1_initialized, return s1_flags(CKF_TOKEN_INITIALIZED, CKF_USER_PIN_INITIALIZED);)
 T(t_s1_open, return F->C_OpenSession(SLOT1, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &s1);)
 T(t_s1_inittoken_busy, CK_UTF8CHAR l[32]; memset(l, ' ', 32);
@@ -973,6 +983,7 @@ T(t_acc_find_ok, CK_OBJECT_HANDLE o[64]; CK_ULONG n = 0; CK_RV rv = F->C_FindObj
 static const struct tcase cases[] = {
     /* every function before C_Initialize */
     OPS(PRE)
+    C("C_Initialize CKF_LIBRARY_CANT_CREATE_OS_THREADS (none needed)", t_init_nothreads, CKR_OK),
     ROWS_INIT_ARGS
     /* slots */
     ROWS_BAD_SLOTS
@@ -1174,7 +1185,10 @@ static const struct tcase cases[] = {
     C("session gone after C_CloseAllSessions", t_closed_by_all, CKR_SESSION_HANDLE_INVALID),
     /* slot 1: initialise and lock out */
     C("slot 1 starts uninitialised", t_s1_uninit, CKR_OK),
+    C("C_InitToken slot 1, SO PIN too short", t_s1_inittoken_shortpin, CKR_PIN_LEN_RANGE),
+    C("slot 1 still uninitialised", t_s1_uninit, CKR_OK),
     C("C_InitToken slot 1", t_s1_inittoken, CKR_OK),
+    C("a new empty slot after slot 1", t_s1_next_empty, CKR_OK),
     C("slot 1 flags after C_InitToken", t_s1_initialized, CKR_OK),
     C("open RW session slot 1", t_s1_open, CKR_OK),
     C("C_InitToken with a session open", t_s1_inittoken_busy, CKR_SESSION_EXISTS),
@@ -1239,6 +1253,7 @@ static const struct tcase cases[] = {
 
 static const struct tcase accel_cases[] = {
     OPS(PRE)
+    C("C_Initialize CKF_LIBRARY_CANT_CREATE_OS_THREADS", t_init_nothreads, CKR_NEED_TO_CREATE_THREADS),
     ROWS_INIT_ARGS
     /* slots */
     ROWS_BAD_SLOTS

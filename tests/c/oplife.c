@@ -14,6 +14,7 @@
  *   C_CopyObject gives it: the answer must not confirm a guess;
  * - handles of private objects are invalid after C_Logout, "even if a user is later logged
  *   back into the token", and a search begun before the logout no longer returns them;
+ * - CKF_LIBRARY_CANT_CREATE_OS_THREADS: refused (CKR_NEED_TO_CREATE_THREADS) or kept;
  * - key-handling rules: only the SO makes a key CKA_TRUSTED (in every call that makes one);
  *   a wrapping key's CKA_WRAP_TEMPLATE limits the keys it wraps; an unwrapping or base key's
  *   CKA_UNWRAP_TEMPLATE or CKA_DERIVE_TEMPLATE is applied to the new key, a caller's
@@ -346,6 +347,51 @@ static void unwrap_and_derive_templates(CK_SESSION_HANDLE s)
            CKR_KEY_FUNCTION_NOT_PERMITTED);
 }
 
+/* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with
+ * CKR_NEED_TO_CREATE_THREADS or keeps its word, here through a large AES-GCM encryption that
+ * the accelerator's bulk engine would split over threads. */
+static void no_threads_when_forbidden(void)
+{
+    CK_C_INITIALIZE_ARGS a = { 0 };
+    a.flags = CKF_OS_LOCKING_OK | CKF_LIBRARY_CANT_CREATE_OS_THREADS;
+    CK_RV rv = F->C_Initialize(&a);
+    if (rv == CKR_NEED_TO_CREATE_THREADS) {
+        printf("ok   C_Initialize without threads: CKR_NEED_TO_CREATE_THREADS\n");
+        return;
+    }
+    expect("C_Initialize without threads", rv, CKR_OK);
+    if (rv != CKR_OK)
+        return;
+    CK_SESSION_HANDLE s;
+    must("C_OpenSession", F->C_OpenSession(SLOT, CKF_SERIAL_SESSION, NULL, NULL, &s));
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_ENCRYPT, T), A(CKA_TOKEN, Fa), A(CKA_PRIVATE, Fa) };
+    CK_OBJECT_HANDLE k = make(s, ka, NA(ka));
+    static CK_BYTE data[1 << 20], out[(1 << 20) + 16];
+    CK_BYTE gcm_iv[12] = { 0 };
+    CK_GCM_PARAMS gp = { gcm_iv, sizeof gcm_iv, 96, NULL, 0, 128 };
+    CK_MECHANISM gcm = { CKM_AES_GCM, &gp, sizeof gp };
+    CK_ULONG len = sizeof out;
+    must("C_EncryptInit", F->C_EncryptInit(s, &gcm, k));
+    must("C_Encrypt", F->C_Encrypt(s, data, sizeof data, out, &len));
+    int threads = 0;
+    FILE *st = fopen("/proc/self/status", "r");
+    char line[256];
+    while (st && fgets(line, sizeof line, st))
+        if (sscanf(line, "Threads: %d", &threads) == 1)
+            break;
+    if (st)
+        fclose(st);
+    if (threads != 1) {
+        printf("FAIL C_Initialize without threads: %d threads after a 1 MiB AES-GCM encryption\n", threads);
+        failures++;
+    } else {
+        printf("ok   C_Initialize without threads: one thread after a 1 MiB AES-GCM encryption\n");
+    }
+    F->C_CloseSession(s);
+    must("C_Finalize", F->C_Finalize(NULL));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -366,6 +412,7 @@ int main(int argc, char **argv)
     }
     F = ifc->pFunctionList;
     SLOT = strtoul(argv[2], NULL, 10);
+    no_threads_when_forbidden();
     must("C_Initialize", F->C_Initialize(NULL));
     CK_SESSION_HANDLE s = open_rw();
     login(s);

@@ -568,9 +568,17 @@ impl Provider {
     /// [`Provider::initialize`] as the framework does it: with the vendor flag
     /// [`crate::CKF_OPENCF_FRAMEWORK`], retried without it if the module answers
     /// `CKR_ARGUMENTS_BAD` (a module that checks for unknown flags).
-    pub fn initialize_for_framework(&self) -> CkResult<()> {
-        match self.initialize_with(CKF_OS_LOCKING_OK | crate::CKF_OPENCF_FRAMEWORK) {
-            Err(CKR_ARGUMENTS_BAD) => self.initialize_with(CKF_OS_LOCKING_OK),
+    /// `no_os_threads`: the application forbade the library to create threads
+    /// (`CKF_LIBRARY_CANT_CREATE_OS_THREADS`), which the module is told too.
+    pub fn initialize_for_framework(&self, no_os_threads: bool) -> CkResult<()> {
+        let base = CKF_OS_LOCKING_OK
+            | if no_os_threads {
+                CKF_LIBRARY_CANT_CREATE_OS_THREADS
+            } else {
+                0
+            };
+        match self.initialize_with(base | crate::CKF_OPENCF_FRAMEWORK) {
+            Err(CKR_ARGUMENTS_BAD) => self.initialize_with(base),
             r => r,
         }
     }

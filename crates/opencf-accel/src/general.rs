@@ -11,7 +11,12 @@ use std::sync::RwLock;
 
 impl Accel {
     /// `C_Initialize`.
-    pub(crate) fn initialize(_args: &InitArgs) -> CkResult<Self> {
+    pub(crate) fn initialize(args: &InitArgs) -> CkResult<Self> {
+        // The scheduler's workers and the bulk engine's helpers are threads of this library:
+        // an application that forbids them gets the answer PKCS#11 gives for that.
+        if args.no_os_threads {
+            return Err(CKR_NEED_TO_CREATE_THREADS);
+        }
         let engine = engine::provider_engine();
         Ok(Accel {
             engine,

@@ -44,8 +44,12 @@ impl SoftToken {
             let id = slots.len() as CK_SLOT_ID;
             let path = token_path(&dir, id);
             let exists = path.exists();
-            slots.push(Arc::new(Token::open(id, path, false)?));
-            if !exists {
+            let token = Arc::new(Token::open(id, path, false)?);
+            // A file whose token was never initialized (a C_InitToken that failed after
+            // creating it) is the empty slot itself, not a token before it.
+            let last = !exists || !token.initialized();
+            slots.push(token);
+            if last {
                 break;
             }
         }

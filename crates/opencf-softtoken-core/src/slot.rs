@@ -89,11 +89,19 @@ impl SoftToken {
             return Err(CKR_SESSION_EXISTS);
         }
         let label = unpad_field(label);
-        let was_empty = token.store.get().is_none();
-        if was_empty {
+        // For the empty slot, the new SO PIN's length is checked before its file is made: a
+        // refused PIN leaves no file behind.
+        let bad_len = so_pin.len() < MIN_PIN_LEN || so_pin.len() > MAX_PIN_LEN;
+        if bad_len && !token.initialized() {
+            return Err(CKR_PIN_LEN_RANGE);
+        }
+        if token.store.get().is_none() {
             let store = crate::store::TokenStore::open(&token.path).map_err(store_err)?;
             let _ = token.store.set(store);
         }
+        // The empty slot (its file new, or left by a C_InitToken that failed): once its token
+        // is initialized, a new empty slot follows it.
+        let was_empty = !token.initialized();
         token
             .store()?
             .init_token(&label, so_pin)

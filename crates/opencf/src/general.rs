@@ -38,7 +38,7 @@ pub fn dir_from_maps(maps: &str) -> Option<PathBuf> {
 
 impl OpenCf {
     /// `C_Initialize`.
-    pub fn init(_args: &InitArgs) -> CkResult<OpenCf> {
+    pub fn init(args: &InitArgs) -> CkResult<OpenCf> {
         let dir = lib_dir();
         let cfg = match opencf_config::load(&dir) {
             Ok(c) => c,
@@ -47,7 +47,7 @@ impl OpenCf {
                 return Err(CKR_FUNCTION_FAILED);
             }
         };
-        let provs = providers::load_all(&cfg, &dir)?;
+        let provs = providers::load_all(&cfg, &dir, args.no_os_threads)?;
         let mut slots = Vec::new();
         for (i, p) in provs.iter().enumerate() {
             for &s in &p.slots {

@@ -73,13 +73,17 @@ fn describe(rv: CK_RV) -> String {
 /// the accelerator provider of the built-in default (no config file), which is only there
 /// because its module was found: if it cannot be used, a warning names it and the software
 /// token serves alone, as when the module is absent.
-pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
+///
+/// `no_os_threads`: the application forbade threads (`CKF_LIBRARY_CANT_CREATE_OS_THREADS`);
+/// each provider is told, and one that needs them answers `CKR_NEED_TO_CREATE_THREADS`, which
+/// becomes the framework's answer unless that provider is the optional accelerator.
+pub fn load_all(cfg: &Config, lib_dir: &Path, no_os_threads: bool) -> CkResult<Vec<Prov>> {
     let mut out: Vec<Prov> = Vec::new();
     for pc in &cfg.providers {
         let path = opencf_config::resolve_module(&pc.module, lib_dir);
-        match load_one(pc, &path, lib_dir) {
+        match load_one(pc, &path, lib_dir, no_os_threads) {
             Ok(prov) => out.push(prov),
-            Err(why) => {
+            Err((why, rv)) => {
                 let optional = matches!(cfg.source, opencf_config::Source::BuiltIn)
                     && pc.module == opencf_config::ACCEL_MODULE;
                 eprintln!(
@@ -94,7 +98,11 @@ pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
                 );
                 if !optional {
                     finalize_all(&out);
-                    return Err(CKR_FUNCTION_FAILED);
+                    return Err(if rv == Some(CKR_NEED_TO_CREATE_THREADS) {
+                        CKR_NEED_TO_CREATE_THREADS
+                    } else {
+                        CKR_FUNCTION_FAILED
+                    });
                 }
             }
         }
@@ -102,24 +110,31 @@ pub fn load_all(cfg: &Config, lib_dir: &Path) -> CkResult<Vec<Prov>> {
     Ok(out)
 }
 
-/// Loads, initializes and probes one provider; the error says what failed.
-fn load_one(pc: &ProviderConfig, path: &Path, lib_dir: &Path) -> Result<Prov, String> {
+/// Loads, initializes and probes one provider; the error says what failed, with the
+/// module's answer when it refused `C_Initialize`.
+fn load_one(
+    pc: &ProviderConfig,
+    path: &Path,
+    lib_dir: &Path,
+    no_os_threads: bool,
+) -> Result<Prov, (String, Option<CK_RV>)> {
+    let init_failed = |rv: CK_RV| (format!("C_Initialize failed: {}", describe(rv)), Some(rv));
     let p = if links_softtoken(path, lib_dir) {
         let args = opencf_abi::InitArgs {
             os_locking_ok: true,
-            no_os_threads: false,
+            no_os_threads,
             framework: true,
         };
         let token = <opencf_softtoken_core::SoftToken as opencf_abi::Backend>::initialize(&args)
-            .map_err(|rv| format!("C_Initialize failed: {}", describe(rv)))?;
+            .map_err(init_failed)?;
         Provider::linked(path, Box::new(token))
     } else {
-        let p = Provider::load(path).map_err(|e| e.to_string())?;
-        p.initialize_for_framework()
-            .map_err(|rv| format!("C_Initialize failed: {}", describe(rv)))?;
+        let p = Provider::load(path).map_err(|e| (e.to_string(), None))?;
+        p.initialize_for_framework(no_os_threads)
+            .map_err(init_failed)?;
         p
     };
-    probe(pc.clone(), p).map_err(|rv| format!("cannot list its slots: {}", describe(rv)))
+    probe(pc.clone(), p).map_err(|rv| (format!("cannot list its slots: {}", describe(rv)), None))
 }
 
 /// Turns off [`links_softtoken`]: `OPENCF_SOFTTOKEN_LINKED=0` (or `off`, `false`) loads the

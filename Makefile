@@ -7,8 +7,9 @@
 #   make test-suites   run the suites without deps and build
 #   make fmt     check formatting (make format applies it)
 #   make lint    clippy on every target, warnings are errors
-#   make install       install the built module, provider, tools and p11-kit module file
-#                      (PREFIX=/usr/local, DESTDIR for staging; see docs/INTEGRATION.md)
+#   make install       install the built modules, tools, p11-kit module file and the TLS
+#                      proxy's systemd unit (PREFIX=/usr/local, DESTDIR for staging;
+#                      make uninstall removes them; see docs/INTEGRATION.md)
 #   make install-user  register target/release/libopencf.so with p11-kit for this user
 #
 # A test suite is a target named suite-NAME; `make test` runs every name in
@@ -32,7 +33,7 @@ FUZZ_SECONDS ?= 60
 
 TEST_SUITES ?= cargo badinput pkcs11-tool python metaslot cryptoadm-softhsm integration pktool cfspeed tlsproxy accel no-engines
 
-.PHONY: help deps build test test-suites run fmt format lint clean fuzz install install-user uninstall-user $(addprefix suite-,$(TEST_SUITES))
+.PHONY: help deps build test test-suites run fmt format lint clean fuzz install uninstall install-user uninstall-user $(addprefix suite-,$(TEST_SUITES))
 
 help:
 	@sed -n '1,17p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# \{0,1\}//'
@@ -135,31 +136,54 @@ suite-python:
 
 # --- installation ------------------------------------------------------------
 # `make install` copies what `make build` made (it builds nothing). libopencf.so finds
-# libopencf_softtoken.so beside itself, so both go to LIBDIR. The p11-kit module file goes
-# where p11-kit reads packaged modules (/usr/share/p11-kit/modules) when that directory
-# exists, else under PREFIX; P11KIT_MODULEDIR overrides.
+# libopencf_softtoken.so and libopencf_accel.so beside itself, so they go to LIBDIR; the
+# tools in BINDIR find it in ../lib. Where p11-kit and systemd look (pkcs11.conf(5),
+# systemd.unit(5)): for PREFIX=/usr the packaged directories (/usr/share/p11-kit/modules,
+# /usr/lib/systemd/system), for PREFIX=/usr/local the administrator's p11-kit directory
+# /etc/pkcs11/modules and systemd's /usr/local/lib/systemd/system, for any other PREFIX
+# /etc/pkcs11/modules and /etc/systemd/system. P11KIT_MODULEDIR and SYSTEMD_UNITDIR
+# override; DESTDIR stages the whole tree. `make uninstall` removes what `make install`
+# wrote (with the same PREFIX, DESTDIR and directories).
 
 PREFIX  ?= /usr/local
 BINDIR  ?= $(PREFIX)/bin
 LIBDIR  ?= $(PREFIX)/lib
-P11KIT_MODULEDIR ?= $(if $(wildcard /usr/share/p11-kit/modules),/usr/share/p11-kit/modules,$(PREFIX)/share/p11-kit/modules)
+P11KIT_MODULEDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/share/p11-kit/modules,/etc/pkcs11/modules)
+SYSTEMD_UNITDIR  ?= $(if $(filter /usr /usr/local,$(PREFIX)),$(PREFIX)/lib/systemd/system,/etc/systemd/system)
 RELEASE_DIR := $(CURDIR)/target/release
 USER_MODULEDIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/pkcs11/modules
+INSTALL_LIBS     := libopencf.so libopencf_softtoken.so
+INSTALL_LIBS_OPT := libopencf_accel.so
+INSTALL_BINS     := cryptoadm
+INSTALL_BINS_OPT := cfspeed pktool opencf-tlsproxy tlsproxycfg
+TLSPROXY_UNIT    := opencf-tlsproxy@.service
 
 install:
-	@for f in libopencf.so libopencf_softtoken.so cryptoadm; do \
+	@for f in $(INSTALL_LIBS) $(INSTALL_BINS); do \
 		[ -e "$(RELEASE_DIR)/$$f" ] || { echo "install: $(RELEASE_DIR)/$$f missing: run make build first" >&2; exit 1; }; \
 	done
 	install -d "$(DESTDIR)$(LIBDIR)" "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(P11KIT_MODULEDIR)"
-	install -m 0755 "$(RELEASE_DIR)/libopencf.so" "$(RELEASE_DIR)/libopencf_softtoken.so" "$(DESTDIR)$(LIBDIR)/"
-	install -m 0755 "$(RELEASE_DIR)/cryptoadm" "$(DESTDIR)$(BINDIR)/"
-	@for f in cfspeed pktool; do \
-		if [ -e "$(RELEASE_DIR)/$$f" ]; then install -m 0755 "$(RELEASE_DIR)/$$f" "$(DESTDIR)$(BINDIR)/"; echo "installed $$f"; \
+	install -m 0755 $(addprefix "$(RELEASE_DIR)/,$(addsuffix ",$(INSTALL_LIBS))) "$(DESTDIR)$(LIBDIR)/"
+	install -m 0755 $(addprefix "$(RELEASE_DIR)/,$(addsuffix ",$(INSTALL_BINS))) "$(DESTDIR)$(BINDIR)/"
+	@for f in $(INSTALL_LIBS_OPT) $(INSTALL_BINS_OPT); do \
+		case $$f in *.so) dir="$(DESTDIR)$(LIBDIR)";; *) dir="$(DESTDIR)$(BINDIR)";; esac; \
+		if [ -e "$(RELEASE_DIR)/$$f" ]; then install -m 0755 "$(RELEASE_DIR)/$$f" "$$dir/"; echo "installed $$dir/$$f"; \
 		else echo "$$f not built: not installed"; fi; \
 	done
 	sed 's|@LIBDIR@|$(LIBDIR)|' packaging/opencf.module.in >"$(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module"
 	chmod 0644 "$(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module"
 	@echo "p11-kit module file: $(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module"
+	@if [ -e "$(RELEASE_DIR)/opencf-tlsproxy" ]; then \
+		install -d "$(DESTDIR)$(SYSTEMD_UNITDIR)" && \
+		sed 's|@BINDIR@|$(BINDIR)|g' packaging/$(TLSPROXY_UNIT).in >"$(DESTDIR)$(SYSTEMD_UNITDIR)/$(TLSPROXY_UNIT)" && \
+		chmod 0644 "$(DESTDIR)$(SYSTEMD_UNITDIR)/$(TLSPROXY_UNIT)" && \
+		echo "systemd unit: $(DESTDIR)$(SYSTEMD_UNITDIR)/$(TLSPROXY_UNIT) (systemctl daemon-reload)"; \
+	fi
+
+uninstall:
+	rm -f $(addprefix "$(DESTDIR)$(LIBDIR)/,$(addsuffix ",$(INSTALL_LIBS) $(INSTALL_LIBS_OPT)))
+	rm -f $(addprefix "$(DESTDIR)$(BINDIR)/,$(addsuffix ",$(INSTALL_BINS) $(INSTALL_BINS_OPT)))
+	rm -f "$(DESTDIR)$(P11KIT_MODULEDIR)/opencf.module" "$(DESTDIR)$(SYSTEMD_UNITDIR)/$(TLSPROXY_UNIT)"
 
 install-user:
 	@[ -e "$(RELEASE_DIR)/libopencf.so" ] || { echo "install-user: $(RELEASE_DIR)/libopencf.so missing: run make build first" >&2; exit 1; }

@@ -75,6 +75,8 @@ cleanup() {
 }
 trap cleanup EXIT
 export OPENCF_SOFTTOKEN_DIR="$WORK/keystore"
+# Every step counts into the demo's own statistics, not the caller's.
+export OPENCF_STAT_DIR="$WORK/stat"
 mkdir -p "$OPENCF_SOFTTOKEN_DIR"
 chmod 700 "$OPENCF_SOFTTOKEN_DIR"
 
@@ -196,7 +198,6 @@ show p11 "${LOGIN[@]}" --list-objects --type privkey | grep -E 'label|ID'
 heading "cfspeed on the metaslot beside native OpenSSL, and the counters it left"
 note "cfspeed with no argument: a short representative set on slot 0 of libopencf.so, each"
 note "row beside the same operation through OpenSSL EVP in this process (about 20 s)."
-export OPENCF_STAT_DIR="$WORK/stat"
 show "$CFSPEED" --module "$FRAMEWORK" || die "cfspeed failed"
 note "PKCS#11 3.2 asynchronous sessions: two threads, each keeping 16 ECDSA P-256 signatures in"
 note "flight (C_Sign answers CKR_PENDING, C_AsyncComplete collects). The accelerator provider"

@@ -69,6 +69,25 @@ export_p256() {
 check "export the public key through the proxy" export_p256
 check_out "openssl verifies the signature" 'Verified OK' \
     openssl dgst -sha256 -keyform DER -verify "$WORK/pub.der" -signature "$WORK/sig" "$WORK/data"
-check_stat "cryptoadm stat: OpenCF made the signature" 'CKM_ECDSA.*'
+check_stat "cryptoadm stat: OpenCF made the signature" 'CKM_ECDSA_SHA256'
+
+# `make install` into a staging directory: the module file names the installed library, the
+# TLS proxy's unit the installed daemon, and an installed tool finds the libraries in ../lib.
+STAGE="$WORK/stage"
+check "make install DESTDIR=… PREFIX=/usr/local" \
+    make -C "$ROOT" --no-print-directory install DESTDIR="$STAGE" PREFIX=/usr/local
+for f in usr/local/lib/libopencf.so usr/local/lib/libopencf_softtoken.so \
+    usr/local/lib/libopencf_accel.so usr/local/bin/cryptoadm usr/local/bin/opencf-tlsproxy \
+    usr/local/bin/tlsproxycfg; do
+    check "installed $f" test -x "$STAGE/$f"
+done
+check_out "the module file names the installed libopencf.so" '^module: /usr/local/lib/libopencf.so$' \
+    cat "$STAGE/etc/pkcs11/modules/opencf.module"
+check_out "the unit runs the installed daemon" '^ExecStart=/usr/local/bin/opencf-tlsproxy ' \
+    cat "$STAGE/usr/local/lib/systemd/system/opencf-tlsproxy@.service"
+check_out "an installed cryptoadm finds the libraries in ../lib" "softtoken +$STAGE/usr/local/lib/libopencf_softtoken.so" \
+    env -u OPENCF_LIB_DIR -u OPENCF_CONF XDG_CONFIG_HOME="$WORK/stage-config" "$STAGE/usr/local/bin/cryptoadm" list
+check "make uninstall leaves nothing behind" \
+    bash -c 'make -C "$1" --no-print-directory uninstall DESTDIR="$2" PREFIX=/usr/local >/dev/null && [ -z "$(find "$2" -type f)" ]' _ "$ROOT" "$STAGE"
 
 finish

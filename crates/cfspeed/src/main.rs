@@ -45,7 +45,7 @@ mod raw;
 mod report;
 mod spec;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,8 @@ struct Args {
     mechanisms: Vec<String>,
 
     /// The PKCS#11 module to measure. Default: libopencf.so (its slot 0 is the
-    /// metaslot), else libopencf_softtoken.so, next to the cfspeed executable.
+    /// metaslot), else libopencf_softtoken.so, next to the cfspeed executable, else in
+    /// its ../lib, else in $OPENCF_LIB_DIR.
     #[arg(long, env = "CFSPEED_MODULE")]
     module: Option<PathBuf>,
     /// Slot id. Default: the first slot with an initialized token.
@@ -209,19 +210,28 @@ Examples:
   cfspeed CKM_AES_GCM --break-even --native
   cfspeed CKM_AES_GCM --native --chart gcm.svg";
 
+/// libopencf.so, else libopencf_softtoken.so, beside the executable (the build tree), else in
+/// `../lib` (an installed `PREFIX/bin`, `PREFIX/lib` layout), else in $OPENCF_LIB_DIR.
 fn default_module() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating cfspeed: {e}"))?;
     let dir = exe.parent().ok_or("cfspeed has no directory")?;
-    for name in ["libopencf.so", "libopencf_softtoken.so"] {
-        let p = dir.join(name);
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    Err(format!(
-        "no module given and neither libopencf.so nor libopencf_softtoken.so is in {}; use --module",
-        dir.display()
-    ))
+    module_in(dir, std::env::var_os("OPENCF_LIB_DIR")).ok_or_else(|| {
+        format!(
+            "no module given and neither libopencf.so nor libopencf_softtoken.so is in {}, \
+             its ../lib or $OPENCF_LIB_DIR; use --module",
+            dir.display()
+        )
+    })
+}
+
+/// [`default_module`] for a given executable directory and `$OPENCF_LIB_DIR`.
+fn module_in(exe_dir: &Path, lib_dir_env: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let mut dirs = vec![exe_dir.to_path_buf()];
+    dirs.extend(exe_dir.parent().map(|p| p.join("lib")));
+    dirs.extend(lib_dir_env.filter(|d| !d.is_empty()).map(PathBuf::from));
+    dirs.iter()
+        .flat_map(|d| ["libopencf.so", "libopencf_softtoken.so"].map(|n| d.join(n)))
+        .find(|p| p.exists())
 }
 
 fn command_line() -> String {
@@ -875,5 +885,33 @@ fn restore_env(saved: Vec<(String, Option<std::ffi::OsString>)>) {
             Some(v) => std::env::set_var(&k, v),
             None => std::env::remove_var(&k),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Beside the executable, then ../lib, then $OPENCF_LIB_DIR; libopencf.so before
+    /// libopencf_softtoken.so in each.
+    #[test]
+    fn default_module_lookup_order() {
+        let root = std::env::temp_dir().join(format!("cfspeed-module-in-{}", std::process::id()));
+        let (bin, lib, env) = (root.join("bin"), root.join("lib"), root.join("env"));
+        for d in [&bin, &lib, &env] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let found = |e: Option<&Path>| module_in(&bin, e.map(|e| e.as_os_str().into()));
+        assert_eq!(found(Some(&env)), None);
+        std::fs::write(env.join("libopencf.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(env.join("libopencf.so")));
+        assert_eq!(found(None), None);
+        std::fs::write(lib.join("libopencf_softtoken.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(lib.join("libopencf_softtoken.so")));
+        std::fs::write(lib.join("libopencf.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(lib.join("libopencf.so")));
+        std::fs::write(bin.join("libopencf.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(bin.join("libopencf.so")));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

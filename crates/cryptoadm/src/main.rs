@@ -208,15 +208,29 @@ fn edit<T>(
     Ok(out)
 }
 
-/// Where bare module names are looked up: $OPENCF_LIB_DIR, else beside this executable.
+/// Where bare module names are looked up: $OPENCF_LIB_DIR, else the directory holding
+/// libopencf.so: this executable's own (the build tree), else `../lib` (an installed
+/// `PREFIX/bin`, `PREFIX/lib` layout); without libopencf.so in either, the executable's.
 fn lib_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("OPENCF_LIB_DIR").filter(|d| !d.is_empty()) {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    lib_dir_from(std::env::var_os("OPENCF_LIB_DIR"), exe_dir.as_deref())
+}
+
+/// [`lib_dir`] for a given `$OPENCF_LIB_DIR` and executable directory.
+fn lib_dir_from(env: Option<std::ffi::OsString>, exe_dir: Option<&Path>) -> PathBuf {
+    if let Some(d) = env.filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."))
+    let Some(dir) = exe_dir else {
+        return PathBuf::from(".");
+    };
+    let installed = dir.parent().map(|p| p.join("lib"));
+    std::iter::once(dir.to_path_buf())
+        .chain(installed)
+        .find(|d| d.join("libopencf.so").exists())
+        .unwrap_or_else(|| dir.to_path_buf())
 }
 
 /// The file listings read, or the built-in default when there is none (yet).
@@ -871,6 +885,30 @@ mod tests {
         assert!(!any_problem(&[report(false, false)]));
         assert!(any_problem(&[report(true, false)]));
         assert!(any_problem(&[report(false, false), report(false, true)]));
+    }
+
+    /// $OPENCF_LIB_DIR first, then libopencf.so beside the executable, then in ../lib.
+    #[test]
+    fn lib_dir_beside_then_installed_layout() {
+        let root = tempfile::tempdir().unwrap();
+        let (bin, lib) = (root.path().join("bin"), root.path().join("lib"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&lib).unwrap();
+        // Neither: the executable's directory.
+        assert_eq!(lib_dir_from(None, Some(&bin)), bin);
+        // PREFIX/bin + PREFIX/lib.
+        std::fs::write(lib.join("libopencf.so"), b"").unwrap();
+        assert_eq!(lib_dir_from(None, Some(&bin)), lib);
+        assert_eq!(lib_dir_from(Some("".into()), Some(&bin)), lib);
+        // The build tree: beside the executable wins.
+        std::fs::write(bin.join("libopencf.so"), b"").unwrap();
+        assert_eq!(lib_dir_from(None, Some(&bin)), bin);
+        // The variable overrides both.
+        assert_eq!(
+            lib_dir_from(Some("/elsewhere".into()), Some(&bin)),
+            PathBuf::from("/elsewhere")
+        );
+        assert_eq!(lib_dir_from(None, None), PathBuf::from("."));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::path::PathBuf;
                   9 wrong file password."
 )]
 pub struct Cli {
-    /// PKCS#11 module (default: libopencf.so beside pktool, else in $OPENCF_LIB_DIR)
+    /// PKCS#11 module (default: libopencf.so beside pktool, else in ../lib, else in $OPENCF_LIB_DIR)
     #[arg(long, global = true, value_name = "PATH")]
     pub module: Option<PathBuf>,
     /// Token by label

@@ -22,23 +22,31 @@ pub struct Token {
     pub label: String,
 }
 
-/// libopencf.so beside the executable, else in $OPENCF_LIB_DIR.
+/// libopencf.so beside the executable (the build tree), else in `../lib` (an installed
+/// `PREFIX/bin`, `PREFIX/lib` layout), else in $OPENCF_LIB_DIR.
 pub fn default_module() -> Result<PathBuf> {
-    let beside = std::env::current_exe()
+    let exe_dir = std::env::current_exe()
         .ok()
-        .and_then(|e| e.parent().map(|d| d.join("libopencf.so")));
-    if let Some(p) = beside.filter(|p| p.exists()) {
-        return Ok(p);
+        .and_then(|e| e.parent().map(Path::to_path_buf));
+    module_in(exe_dir.as_deref(), std::env::var_os("OPENCF_LIB_DIR")).ok_or_else(|| {
+        Error::Usage(
+            "no libopencf.so beside pktool, in ../lib or in $OPENCF_LIB_DIR; give --module PATH"
+                .into(),
+        )
+    })
+}
+
+/// [`default_module`] for a given executable directory and `$OPENCF_LIB_DIR`.
+fn module_in(exe_dir: Option<&Path>, lib_dir_env: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = exe_dir {
+        dirs.push(d.to_path_buf());
+        dirs.extend(d.parent().map(|p| p.join("lib")));
     }
-    if let Some(dir) = std::env::var_os("OPENCF_LIB_DIR") {
-        let p = Path::new(&dir).join("libopencf.so");
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    Err(Error::Usage(
-        "no libopencf.so beside pktool or in $OPENCF_LIB_DIR; give --module PATH".into(),
-    ))
+    dirs.extend(lib_dir_env.filter(|d| !d.is_empty()).map(PathBuf::from));
+    dirs.into_iter()
+        .map(|d| d.join("libopencf.so"))
+        .find(|p| p.exists())
 }
 
 pub fn load(module: &Path) -> Result<Pkcs11> {
@@ -125,5 +133,30 @@ pub fn login_user(s: &Session, pin: &str, label: &str) -> Result<()> {
     match s.login(UserType::User, Some(&AuthPin::from(pin.to_string()))) {
         Err(cryptoki::error::Error::Pkcs11(RvError::UserAlreadyLoggedIn, _)) => Ok(()),
         r => r.ctx(|| format!("logging in to token '{label}'")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Beside the executable, then ../lib, then $OPENCF_LIB_DIR.
+    #[test]
+    fn default_module_lookup_order() {
+        let root = std::env::temp_dir().join(format!("pktool-module-in-{}", std::process::id()));
+        let (bin, lib, env) = (root.join("bin"), root.join("lib"), root.join("env"));
+        for d in [&bin, &lib, &env] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let found = |e: Option<&Path>| module_in(Some(&bin), e.map(|e| e.as_os_str().into()));
+        assert_eq!(found(Some(&env)), None);
+        std::fs::write(env.join("libopencf.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(env.join("libopencf.so")));
+        assert_eq!(found(None), None);
+        std::fs::write(lib.join("libopencf.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(lib.join("libopencf.so")));
+        std::fs::write(bin.join("libopencf.so"), b"").unwrap();
+        assert_eq!(found(Some(&env)), Some(bin.join("libopencf.so")));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

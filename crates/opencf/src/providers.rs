@@ -118,7 +118,14 @@ fn load_one(
     lib_dir: &Path,
     no_os_threads: bool,
 ) -> Result<Prov, (String, Option<CK_RV>)> {
-    let init_failed = |rv: CK_RV| (format!("C_Initialize failed: {}", describe(rv)), Some(rv));
+    let init_failed = |rv: CK_RV| {
+        let why = if rv == CKR_NEED_TO_CREATE_THREADS {
+            "it needs threads of its own, which the application forbids".to_string()
+        } else {
+            format!("C_Initialize failed: {}", describe(rv))
+        };
+        (why, Some(rv))
+    };
     let p = if links_softtoken(path, lib_dir) {
         let args = opencf_abi::InitArgs {
             os_locking_ok: true,

@@ -143,19 +143,20 @@ impl CloneCache {
 /// reach), its usage flags and its mechanism restriction. A clone made with other values (the
 /// key changed through another slot, by another process, or while the clone was being made)
 /// is destroyed and made again from the key as it is.
-const CLONE_GUARDS: [CK_ATTRIBUTE_TYPE; 11] = [
-    CKA_CLASS,
-    CKA_ENCRYPT,
-    CKA_DECRYPT,
-    CKA_SIGN,
-    CKA_VERIFY,
-    CKA_WRAP,
-    CKA_UNWRAP,
-    CKA_DERIVE,
-    CKA_SIGN_RECOVER,
-    CKA_VERIFY_RECOVER,
-    CKA_ALLOWED_MECHANISMS,
-];
+const CLONE_GUARDS: [CK_ATTRIBUTE_TYPE; 11] = {
+    let mut g = [CKA_CLASS; 11];
+    let mut i = 0;
+    while i < BOOL_USAGE.len() {
+        g[GUARD_USAGE + i] = BOOL_USAGE[i];
+        i += 1;
+    }
+    g[GUARD_ALLOWED] = CKA_ALLOWED_MECHANISMS;
+    g
+};
+/// Where [`BOOL_USAGE`] starts in [`CLONE_GUARDS`] (after the class).
+const GUARD_USAGE: usize = 1;
+/// Where `CKA_ALLOWED_MECHANISMS` is in [`CLONE_GUARDS`] (last).
+const GUARD_ALLOWED: usize = GUARD_USAGE + BOOL_USAGE.len();
 
 const BOOL_USAGE: [CK_ATTRIBUTE_TYPE; 9] = [
     CKA_ENCRYPT,
@@ -384,9 +385,10 @@ impl OpenCf {
         if let Some(stale) = self.clones.forget_stale(key, prov, &guards) {
             self.destroy_clones(vec![stale]);
         }
-        // The guards were read before the clone's attributes: a change in between makes the
-        // next use find them different and make the clone again.
-        let made = self.make_clone(ms, prov, key)?;
+        // The clone takes its usage flags and mechanism restriction from these guards, so
+        // it is made with exactly the values it is recorded with; a change after this read
+        // makes the next use find them different and make the clone again.
+        let made = self.make_clone(ms, prov, key, &guards)?;
         if let Some(h) = made {
             self.clones
                 .map
@@ -414,11 +416,14 @@ impl OpenCf {
             .map_err(key_handle_error)
     }
 
+    /// Clones metaslot key `key` into provider `prov`, with the usage flags and mechanism
+    /// restriction of `guards` (the key's [`CLONE_GUARDS`], as [`OpenCf::key_in`] read them).
     fn make_clone(
         &self,
         ms: &mut MetaSession,
         prov: usize,
         key: CK_OBJECT_HANDLE,
+        guards: &[AttrValue],
     ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
         let ks = self.p(self.meta()?.keystore);
         let head = ks
@@ -426,7 +431,6 @@ impl OpenCf {
             .map_err(key_handle_error)?;
         let class = ulong_of(&head[0])?;
         let kt = ulong_of(&head[1])?;
-        let usage = ks.get_attribute_value(ms.ks, key, &BOOL_USAGE)?;
         let vals_t = value_attrs(class, kt);
         let vals = ks.get_attribute_value(ms.ks, key, &vals_t)?;
         let target = &self.providers[prov];
@@ -451,22 +455,18 @@ impl OpenCf {
         }
         // Every usage flag the key has, false ones too: left out, a flag takes the target's
         // default, which for most is true.
-        for (t, v) in BOOL_USAGE.iter().zip(&usage) {
+        for (t, v) in BOOL_USAGE.iter().zip(&guards[GUARD_USAGE..GUARD_ALLOWED]) {
             if let AttrValue::Value(_) = v {
                 tmpl.push(Attribute::bool(*t, is_true(v)));
             }
         }
         // The clone keeps the key's mechanism restriction; a key that wants the user's PIN
         // before each use stays where that is enforced.
-        let guards = ks.get_attribute_value(
-            ms.ks,
-            key,
-            &[CKA_ALLOWED_MECHANISMS, CKA_ALWAYS_AUTHENTICATE],
-        )?;
-        if is_true(&guards[1]) {
+        let always_auth = ks.get_attribute_value(ms.ks, key, &[CKA_ALWAYS_AUTHENTICATE])?;
+        if is_true(&always_auth[0]) {
             return Ok(None);
         }
-        if let AttrValue::Value(b) = &guards[0] {
+        if let AttrValue::Value(b) = &guards[GUARD_ALLOWED] {
             if !b.is_empty() {
                 tmpl.push(Attribute::new(CKA_ALLOWED_MECHANISMS, b.clone()));
             }

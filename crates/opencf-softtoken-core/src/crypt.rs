@@ -300,8 +300,15 @@ impl SoftToken {
         } else {
             st.message_decrypt.as_mut()
         };
-        op.ok_or(CKR_OPERATION_NOT_INITIALIZED)?
-            .message(params, aad, data, out)
+        let r = op
+            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?
+            .message(params, aad, data, out);
+        match r {
+            // PKCS#11 3.0 gives message-based decryption its own code for a tag (or AAD) that
+            // does not verify; single-part `C_Decrypt` keeps `CKR_ENCRYPTED_DATA_INVALID`.
+            Err(CKR_ENCRYPTED_DATA_INVALID) if !encrypt => Err(CKR_AEAD_DECRYPT_FAILED),
+            r => r,
+        }
     }
 
     /// `C_MessageEncryptFinal` / `C_MessageDecryptFinal`.

@@ -64,9 +64,16 @@ pub enum Sess {
         prov: usize,
         /// The provider's session handle.
         h: CK_SESSION_HANDLE,
+        /// Opened with `CKF_RW_SESSION`.
+        rw: bool,
     },
     /// A metaslot session.
-    Meta(Box<opencf_abi::sync::SessionLock<MetaSession>>),
+    Meta {
+        /// Its state.
+        s: Box<opencf_abi::sync::SessionLock<MetaSession>>,
+        /// Opened with `CKF_RW_SESSION` (kept outside the lock for `C_GetTokenInfo`).
+        rw: bool,
+    },
 }
 
 const SHARDS: usize = 64;
@@ -278,7 +285,7 @@ macro_rules! dispatch {
                 let $h = *h;
                 $pass
             }
-            $crate::Sess::Meta($m) => $meta,
+            $crate::Sess::Meta { s: $m, .. } => $meta,
         })
     };
     ($self:ident, $s:expr, |$p:ident, $h:ident| $pass:expr, |$m:ident| $meta:expr) => {
@@ -288,7 +295,7 @@ macro_rules! dispatch {
                 let $h = *h;
                 $pass
             }
-            $crate::Sess::Meta($m) => $meta,
+            $crate::Sess::Meta { s: $m, .. } => $meta,
         })
     };
 }

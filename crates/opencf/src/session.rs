@@ -48,13 +48,23 @@ impl OpenCf {
         if slot == METASLOT_ID {
             let m = self.meta()?;
             let ks = self.p(m.keystore).open_session(m.ks_slot, flags)?;
-            return Ok(self.sessions.insert(Sess::Meta(Box::new(SessionLock::new(
-                MetaSession::new(flags, ks, self.p(m.keystore).pin_session(ks)),
-            )))));
+            return Ok(self.sessions.insert(Sess::Meta {
+                s: Box::new(SessionLock::new(MetaSession::new(
+                    flags,
+                    ks,
+                    self.p(m.keystore).pin_session(ks),
+                ))),
+                rw: flags & CKF_RW_SESSION != 0,
+            }));
         }
         let (prov, ps) = self.provider_slot(slot)?;
         let h = self.p(prov).open_session(ps, flags)?;
-        Ok(self.sessions.insert(Sess::Pass { slot, prov, h }))
+        Ok(self.sessions.insert(Sess::Pass {
+            slot,
+            prov,
+            h,
+            rw: flags & CKF_RW_SESSION != 0,
+        }))
     }
 
     /// `C_CloseSession`.
@@ -69,7 +79,7 @@ impl OpenCf {
                 }
                 r
             }
-            Sess::Meta(m) => {
+            Sess::Meta { s: m, .. } => {
                 let ms = self.lock(m);
                 for (p, h) in &ms.others {
                     let _ = self.p(*p).close_session(*h);
@@ -91,7 +101,7 @@ impl OpenCf {
         }
         let hs = self.sessions.matching(|s| match s {
             Sess::Pass { slot: sl, .. } => *sl == slot,
-            Sess::Meta(_) => slot == METASLOT_ID,
+            Sess::Meta { .. } => slot == METASLOT_ID,
         });
         for h in hs {
             let _ = self.close_session(h);
@@ -102,12 +112,12 @@ impl OpenCf {
     /// `C_GetSessionInfo`, with the framework's slot ID.
     pub fn get_session_info(&self, s: CK_SESSION_HANDLE) -> CkResult<CK_SESSION_INFO> {
         match &*self.sess(s)? {
-            Sess::Pass { slot, prov, h } => {
+            Sess::Pass { slot, prov, h, .. } => {
                 let mut i = self.p(*prov).get_session_info(*h)?;
                 i.slotID = *slot;
                 Ok(i)
             }
-            Sess::Meta(m) => {
+            Sess::Meta { s: m, .. } => {
                 let ks = self.lock(m).ks;
                 let mut i = self.p(self.meta()?.keystore).get_session_info(ks)?;
                 i.slotID = METASLOT_ID;

@@ -4,7 +4,7 @@
 //! Slot 0 is the metaslot; framework slot `n ≥ 1` is the `n`-th provider slot counted over the
 //! providers in config order. PIN calls on the metaslot go to the keystore token.
 
-use crate::{dispatch, OpenCf, METASLOT_ID};
+use crate::{dispatch, OpenCf, Sess, METASLOT_ID};
 use opencf_abi::sys::*;
 use opencf_abi::{pad_field, CkResult};
 
@@ -47,7 +47,31 @@ impl OpenCf {
     }
 
     /// `C_GetTokenInfo`: the metaslot shows the keystore token's state under its own label.
+    /// The session counts are the application's sessions on the slot asked about: a
+    /// provider's own count would also hold the sessions slot 0 opens in it.
     pub fn token_info(&self, slot: CK_SLOT_ID) -> CkResult<CK_TOKEN_INFO> {
+        let mut ti = self.token_info_of_provider(slot)?;
+        let (all, rw) = self.session_counts(slot);
+        ti.ulSessionCount = all;
+        ti.ulRwSessionCount = rw;
+        Ok(ti)
+    }
+
+    /// The number of the application's sessions on `slot`, and how many of them are
+    /// read/write.
+    fn session_counts(&self, slot: CK_SLOT_ID) -> (CK_ULONG, CK_ULONG) {
+        let all = self.sessions.matching(|s| match s {
+            Sess::Pass { slot: sl, .. } => *sl == slot,
+            Sess::Meta { .. } => slot == METASLOT_ID,
+        });
+        let rw = self.sessions.matching(|s| match s {
+            Sess::Pass { slot: sl, rw, .. } => *sl == slot && *rw,
+            Sess::Meta { rw, .. } => slot == METASLOT_ID && *rw,
+        });
+        (all.len() as CK_ULONG, rw.len() as CK_ULONG)
+    }
+
+    fn token_info_of_provider(&self, slot: CK_SLOT_ID) -> CkResult<CK_TOKEN_INFO> {
         if slot == METASLOT_ID {
             let m = self.meta()?;
             let mut ti = self.p(m.keystore).get_token_info(m.ks_slot)?;

@@ -239,6 +239,54 @@ fn metaslot_over_softtoken() {
     p.finalize().unwrap();
 }
 
+/// `C_GetTokenInfo` counts the application's sessions on the slot asked about: slot 0's
+/// sessions on slot 0 only, and on the keystore's own slot only the sessions opened there, not
+/// the keystore sessions slot 0 opens behind its own.
+#[test]
+fn session_counts_are_the_applications_own() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, r) = load("counts", SOFTTOKEN_ONLY);
+    r.expect("C_Initialize");
+    let (meta, st) = (slot(&p, 0), slot(&p, 1));
+    let counts = |s: Slot| {
+        let t = p.get_token_info(s).unwrap();
+        (t.session_count(), t.rw_session_count())
+    };
+    assert_eq!(counts(meta), (Some(0), Some(0)));
+    assert_eq!(counts(st), (Some(0), Some(0)));
+
+    let m_rw = p.open_rw_session(meta).unwrap();
+    let m_ro = p.open_ro_session(meta).unwrap();
+    assert_eq!(
+        counts(meta),
+        (Some(2), Some(1)),
+        "slot 0: its own two sessions"
+    );
+    assert_eq!(
+        counts(st),
+        (Some(0), Some(0)),
+        "the keystore's slot: slot 0's sessions in it are not the application's"
+    );
+
+    let s_ro = p.open_ro_session(st).unwrap();
+    let s_rw = p.open_rw_session(st).unwrap();
+    let s_rw2 = p.open_rw_session(st).unwrap();
+    assert_eq!(counts(st), (Some(3), Some(2)));
+    assert_eq!(counts(meta), (Some(2), Some(1)), "slot 0 unchanged");
+
+    drop(s_rw2);
+    drop(m_rw);
+    assert_eq!(counts(st), (Some(2), Some(1)));
+    assert_eq!(counts(meta), (Some(1), Some(0)));
+    drop(s_ro);
+    drop(s_rw);
+    assert_eq!(counts(st), (Some(0), Some(0)));
+    assert_eq!(counts(meta), (Some(1), Some(0)));
+    drop(m_ro);
+    assert_eq!(counts(meta), (Some(0), Some(0)));
+    p.finalize().unwrap();
+}
+
 #[test]
 fn bad_config_fails_initialize() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());

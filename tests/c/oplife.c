@@ -18,7 +18,11 @@
  * - key-handling rules: only the SO makes a key CKA_TRUSTED (in every call that makes one);
  *   a wrapping key's CKA_WRAP_TEMPLATE limits the keys it wraps; an unwrapping or base key's
  *   CKA_UNWRAP_TEMPLATE or CKA_DERIVE_TEMPLATE is applied to the new key, a caller's
- *   conflicting value refused; an HKDF salt key needs CKA_DERIVE.
+ *   conflicting value refused; an HKDF salt key needs CKA_DERIVE;
+ * - a key made by C_UnwrapKey or C_DeriveKey is what its content is: a template giving a
+ *   secret part, another curve or another length is CKR_TEMPLATE_INCONSISTENT (ECB and CBC
+ *   unwrapping cut their zero padding, as the mechanisms say), and content of a length its
+ *   key type cannot have CKR_WRAPPED_KEY_INVALID.
  *
  * The token must be fresh (OPENCF_SOFTTOKEN_DIR of its own): its expired default user PIN
  * "changeme" is changed on the first login.
@@ -347,6 +351,90 @@ static void unwrap_and_derive_templates(CK_SESSION_HANDLE s)
            CKR_KEY_FUNCTION_NOT_PERMITTED);
 }
 
+/* A key made by C_UnwrapKey or C_DeriveKey is what its content is: a template that gives a
+ * secret part, another curve or another length is refused (CKR_TEMPLATE_INCONSISTENT), except
+ * that ECB and CBC unwrapping cut their zero padding to the length asked for; content of a
+ * length its key type cannot have is CKR_WRAPPED_KEY_INVALID. */
+static void made_keys_follow_their_content(CK_SESSION_HANDLE s)
+{
+    static CK_BYTE p256[] = { 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07 };
+    static CK_BYTE p384[] = { 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22 };
+    static CK_BYTE v20[20] = "twenty bytes of key.";
+    static CK_BYTE v24[24] = "0123456789abcdefghijklmn";
+    CK_MECHANISM kwp = { CKM_AES_KEY_WRAP_KWP, NULL, 0 }, ecb = { CKM_AES_ECB, NULL, 0 };
+    CK_MECHANISM ecgen = { CKM_EC_KEY_PAIR_GEN, NULL, 0 };
+    CK_OBJECT_CLASS cls_priv = CKO_PRIVATE_KEY;
+    CK_KEY_TYPE kt_ec = CKK_EC, kt_des3 = CKK_DES3;
+    CK_ULONG len16 = 16;
+    CK_OBJECT_HANDLE w, k32, k20, kdes3, pub, priv, h;
+    CK_ATTRIBUTE wt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v32), A(CKA_WRAP, T),
+                          A(CKA_UNWRAP, T), A(CKA_DERIVE, T) };
+    w = make(s, wt, NA(wt));
+    CK_ATTRIBUTE t32[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v32), A(CKA_EXTRACTABLE, T) };
+    k32 = make(s, t32, NA(t32));
+    CK_ATTRIBUTE t20[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE, v20), A(CKA_EXTRACTABLE, T) };
+    k20 = make(s, t20, NA(t20));
+    CK_ATTRIBUTE t24[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_des3), A(CKA_VALUE, v24), A(CKA_EXTRACTABLE, T) };
+    kdes3 = make(s, t24, NA(t24));
+    CK_BYTE wrapped[512], got[32];
+    CK_ULONG wl = sizeof wrapped;
+
+    must("C_WrapKey", F->C_WrapKey(s, &kwp, w, k32, wrapped, &wl));
+    CK_ATTRIBUTE with_value[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v32) };
+    expect("C_UnwrapKey with the key's own CKA_VALUE in the template",
+           F->C_UnwrapKey(s, &kwp, w, wrapped, wl, with_value, NA(with_value), &h), CKR_TEMPLATE_INCONSISTENT);
+    with_value[2].pValue = v16;
+    with_value[2].ulValueLen = sizeof v16;
+    expect("C_UnwrapKey with another CKA_VALUE in the template",
+           F->C_UnwrapKey(s, &kwp, w, wrapped, wl, with_value, NA(with_value), &h), CKR_TEMPLATE_INCONSISTENT);
+    CK_ATTRIBUTE short_t[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE_LEN, len16),
+                               A(CKA_SENSITIVE, Fa), A(CKA_EXTRACTABLE, T) };
+    expect("C_UnwrapKey (AES-KWP) of a 32-byte key with CKA_VALUE_LEN 16",
+           F->C_UnwrapKey(s, &kwp, w, wrapped, wl, short_t, NA(short_t), &h), CKR_TEMPLATE_INCONSISTENT);
+    wl = sizeof wrapped;
+    must("C_WrapKey (AES-ECB)", F->C_WrapKey(s, &ecb, w, k32, wrapped, &wl));
+    expect("C_UnwrapKey (AES-ECB) of a 32-byte key with CKA_VALUE_LEN 16 cuts it",
+           F->C_UnwrapKey(s, &ecb, w, wrapped, wl, short_t, NA(short_t), &h), CKR_OK);
+    CK_ATTRIBUTE get[] = { { CKA_VALUE, got, sizeof got } };
+    if (F->C_GetAttributeValue(s, h, get, 1) != CKR_OK || get[0].ulValueLen != 16 || memcmp(got, v32, 16) != 0) {
+        printf("FAIL   the cut key is not the first 16 bytes\n");
+        failures++;
+    } else {
+        printf("ok     the cut key is the first 16 bytes\n");
+    }
+
+    wl = sizeof wrapped;
+    must("C_WrapKey", F->C_WrapKey(s, &kwp, w, k20, wrapped, &wl));
+    CK_ATTRIBUTE as_aes[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes) };
+    expect("C_UnwrapKey of 20 bytes as an AES key", F->C_UnwrapKey(s, &kwp, w, wrapped, wl, as_aes, NA(as_aes), &h),
+           CKR_WRAPPED_KEY_INVALID);
+    wl = sizeof wrapped;
+    must("C_WrapKey (DES3 under AES-ECB)", F->C_WrapKey(s, &ecb, w, kdes3, wrapped, &wl));
+    CK_ATTRIBUTE as_des3[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_des3), A(CKA_DECRYPT, T) };
+    expect("C_UnwrapKey (AES-ECB) of a DES3 key without CKA_VALUE_LEN",
+           F->C_UnwrapKey(s, &ecb, w, wrapped, wl, as_des3, NA(as_des3), &h), CKR_OK);
+
+    CK_ATTRIBUTE pubt[] = { { CKA_EC_PARAMS, p256, sizeof p256 }, A(CKA_VERIFY, T) };
+    CK_ATTRIBUTE privt[] = { A(CKA_SIGN, T), A(CKA_EXTRACTABLE, T) };
+    must("C_GenerateKeyPair (P-256)", F->C_GenerateKeyPair(s, &ecgen, pubt, NA(pubt), privt, NA(privt), &pub, &priv));
+    wl = sizeof wrapped;
+    must("C_WrapKey (P-256)", F->C_WrapKey(s, &kwp, w, priv, wrapped, &wl));
+    CK_ATTRIBUTE ect[] = { A(CKA_CLASS, cls_priv), A(CKA_KEY_TYPE, kt_ec), { CKA_EC_PARAMS, p384, sizeof p384 },
+                           A(CKA_SIGN, T) };
+    expect("C_UnwrapKey of a P-256 key with CKA_EC_PARAMS of P-384",
+           F->C_UnwrapKey(s, &kwp, w, wrapped, wl, ect, NA(ect), &h), CKR_TEMPLATE_INCONSISTENT);
+    ect[2].pValue = p256;
+    ect[2].ulValueLen = sizeof p256;
+    expect("C_UnwrapKey of a P-256 key with CKA_EC_PARAMS of P-256",
+           F->C_UnwrapKey(s, &kwp, w, wrapped, wl, ect, NA(ect), &h), CKR_OK);
+
+    CK_HKDF_PARAMS hp = { CK_TRUE, CK_TRUE, CKM_SHA256, CKF_HKDF_SALT_NULL, NULL, 0, 0, NULL, 0 };
+    CK_MECHANISM hkdf = { CKM_HKDF_DERIVE, &hp, sizeof hp };
+    CK_ATTRIBUTE dt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16) };
+    expect("C_DeriveKey with CKA_VALUE in the template", F->C_DeriveKey(s, &hkdf, w, dt, NA(dt), &h),
+           CKR_TEMPLATE_INCONSISTENT);
+}
+
 /* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with
  * CKR_NEED_TO_CREATE_THREADS or keeps its word, here through a large AES-GCM encryption that
  * the accelerator's bulk engine would split over threads. */
@@ -423,6 +511,7 @@ int main(int argc, char **argv)
     private_handles_end_at_logout(s);
     trusted_and_wrap_template(s);
     unwrap_and_derive_templates(s);
+    made_keys_follow_their_content(s);
     F->C_CloseSession(s);
     F->C_Finalize(NULL);
     printf("%s: %d failed\n", argv[1], failures);

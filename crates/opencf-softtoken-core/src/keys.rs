@@ -25,6 +25,37 @@ fn value_len(t: &AttrMap) -> CkResult<Option<usize>> {
     })
 }
 
+/// Fits the unwrapped value of a secret key to its template. A length the template asks for
+/// (`CKA_VALUE_LEN`, or the key type's fixed length) cuts the value only where the mechanism
+/// zero-pads keys to whole blocks (PKCS#11: ECB and CBC unwrapping "truncates the result"
+/// to it); for any other mechanism the value is the key, and another length is
+/// `CKR_TEMPLATE_INCONSISTENT`. A value shorter than asked is `CKR_WRAPPED_KEY_LEN_RANGE`; one
+/// of a length the key type cannot have, `CKR_WRAPPED_KEY_INVALID`.
+fn fit_unwrapped_secret(
+    m: CK_MECHANISM_TYPE,
+    t: &AttrMap,
+    key_type: CK_KEY_TYPE,
+    bytes: &mut Vec<u8>,
+) -> CkResult<()> {
+    if let Some(n) = value_len(t)? {
+        if n > bytes.len() {
+            return Err(CKR_WRAPPED_KEY_LEN_RANGE);
+        }
+        if n < bytes.len() {
+            if !mech::sym::zero_pads(m) {
+                return Err(CKR_TEMPLATE_INCONSISTENT);
+            }
+            bytes.truncate(n);
+        }
+    }
+    if mech::sym::is_secret_key_type(key_type)
+        && mech::sym::check_secret_len(key_type, bytes.len()).is_err()
+    {
+        return Err(CKR_WRAPPED_KEY_INVALID);
+    }
+    Ok(())
+}
+
 /// Sets `CKA_ALWAYS_SENSITIVE`/`CKA_NEVER_EXTRACTABLE` of a key made from `base` (derive,
 /// decapsulate): they stay true only if they were true of the base and still hold.
 fn inherit_sensitivity(attrs: &mut AttrMap, base: Option<&Object>) {
@@ -247,17 +278,12 @@ impl SoftToken {
         })?;
         let template = with_key_template(template, &uk, CKA_UNWRAP_TEMPLATE)?;
         let t = attrs::from_template(&template)?;
+        crate::policy::check_made_template(&t)?;
         let class = t.ulong(CKA_CLASS)?.unwrap_or(CKO_SECRET_KEY);
         let key_type = t.ulong(CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
         let mut bytes = mech::unwrap(m, uk.key(), wrapped)?;
         if class == CKO_SECRET_KEY {
-            if let Some(n) = t.ulong(CKA_VALUE_LEN)? {
-                let n = n as usize;
-                if n > bytes.len() {
-                    return Err(CKR_WRAPPED_KEY_LEN_RANGE);
-                }
-                bytes.truncate(n);
-            }
+            fit_unwrapped_secret(m.mechanism, &t, key_type, &mut bytes)?;
         }
         let material = mech::key_from_bytes(class, key_type, &bytes)?;
         let mut attrs = self.build_object(&sess, &t, material, Origin::Derived, Some(class))?;
@@ -286,6 +312,7 @@ impl SoftToken {
             m.mechanism,
         )?;
         let t = secret_template(&with_key_template(template, &bk, CKA_DERIVE_TEMPLATE)?)?;
+        crate::policy::check_made_template(&t)?;
         let salt = match &m.param {
             MechParam::Hkdf {
                 salt_type,
@@ -318,6 +345,7 @@ impl SoftToken {
         base: Option<&Object>,
     ) -> CkResult<CK_OBJECT_HANDLE> {
         let t = secret_template(template)?;
+        crate::policy::check_made_template(&t)?;
         let mut value = secret.to_vec();
         if let Some(n) = value_len(&t)? {
             if n == 0 || n > value.len() {

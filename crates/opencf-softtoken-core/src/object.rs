@@ -185,6 +185,15 @@ impl SoftToken {
         }
         let mut attrs = template.clone();
         for (t, v) in material {
+            // What an unwrapped or derived key is comes from its content; a template that
+            // says otherwise is refused, not overruled (its secret parts were refused before).
+            if origin == Origin::Derived {
+                if let Some(given) = template.get(&t) {
+                    if !mech::same_attribute_value(t, given, &v) {
+                        return Err(CKR_TEMPLATE_INCONSISTENT);
+                    }
+                }
+            }
             if t == CKA_VALUE_LEN && class == CKO_SECRET_KEY {
                 if let Some(want) = template.ulong(CKA_VALUE_LEN)? {
                     if want.to_ne_bytes().as_slice() != v.as_slice() {

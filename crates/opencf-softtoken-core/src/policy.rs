@@ -185,6 +185,17 @@ pub fn check_generation_template(t: &AttrMap) -> CkResult<()> {
     Ok(())
 }
 
+/// `CKR_TEMPLATE_INCONSISTENT` when the template of a key made by `C_UnwrapKey`,
+/// `C_DeriveKey` or a KEM gives a secret part of it: PKCS#11 says they "must not be
+/// specified" there, and an answer that depended on the value would confirm a guess of a key
+/// the caller cannot read.
+pub fn check_made_template(t: &AttrMap) -> CkResult<()> {
+    if SENSITIVE_ATTRS.iter().any(|a| t.contains_key(a)) {
+        return Err(CKR_TEMPLATE_INCONSISTENT);
+    }
+    Ok(())
+}
+
 /// Whether `t` of this object must not be revealed by `C_GetAttributeValue`.
 pub fn is_hidden(attrs: &AttrMap, t: CK_ATTRIBUTE_TYPE) -> bool {
     let class = attrs.ulong(CKA_CLASS).ok().flatten();

@@ -203,6 +203,15 @@ fn curve_from_params(params: &[u8]) -> CkResult<&'static Curve> {
     found.ok_or(CKR_CURVE_NOT_SUPPORTED)
 }
 
+/// Whether two `CKA_EC_PARAMS` values name the same supported curve (an OID and the curve's
+/// printable name count as the same).
+pub fn same_curve(a: &[u8], b: &[u8]) -> bool {
+    match (curve_from_params(a), curve_from_params(b)) {
+        (Ok(x), Ok(y)) => std::ptr::eq(x, y),
+        _ => false,
+    }
+}
+
 /// The curve of a key's attributes, which must be of `key_type`.
 fn curve_of(attrs: &AttrMap, key_type: CK_KEY_TYPE) -> CkResult<&'static Curve> {
     let c = curve_from_params(attrs.need_bytes(CKA_EC_PARAMS)?)?;

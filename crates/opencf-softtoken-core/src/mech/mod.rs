@@ -294,6 +294,21 @@ pub fn complete_key(
     }
 }
 
+/// Whether a template's value `given` of attribute `t` says the same as the value `made` that
+/// unwrapping or derivation produced: big integers compare without leading zeros, curves by
+/// the curve they name, everything else byte for byte.
+pub fn same_attribute_value(t: CK_ATTRIBUTE_TYPE, given: &[u8], made: &[u8]) -> bool {
+    fn unpadded(v: &[u8]) -> &[u8] {
+        let zeros = v.iter().take_while(|b| **b == 0).count();
+        &v[zeros..]
+    }
+    match t {
+        CKA_EC_PARAMS => given == made || ec::same_curve(given, made),
+        CKA_MODULUS | CKA_PUBLIC_EXPONENT => unpadded(given) == unpadded(made),
+        _ => given == made,
+    }
+}
+
 /// The bytes `C_WrapKey` encrypts: a secret key's `CKA_VALUE`, a private key's PKCS#8
 /// `PrivateKeyInfo` DER.
 pub fn key_to_bytes(key: Key) -> CkResult<Zeroizing<Vec<u8>>> {

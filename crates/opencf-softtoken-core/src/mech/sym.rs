@@ -1271,7 +1271,7 @@ fn is_any_length_type(kt: CK_KEY_TYPE) -> bool {
 /// Checks that `len` bytes is a valid value length for a secret key of type `kt`
 /// (`CKR_ATTRIBUTE_VALUE_INVALID` if not; unknown types are `CKR_ATTRIBUTE_VALUE_INVALID`
 /// too).
-pub(crate) fn check_secret_len(kt: CK_KEY_TYPE, len: usize) -> CkResult<()> {
+pub fn check_secret_len(kt: CK_KEY_TYPE, len: usize) -> CkResult<()> {
     let ok = match kt {
         CKK_AES => matches!(len, 16 | 24 | 32),
         CKK_DES3 => len == 24,
@@ -1406,6 +1406,17 @@ fn wrapping_mech(m: CK_MECHANISM_TYPE) -> bool {
     )
 }
 
+/// Whether a wrapping mechanism zero-pads a key to whole blocks (ECB and CBC without padding
+/// of their own, as [`wrap`] does); the others' unwrapped content is the key, exactly.
+pub fn zero_pads(m: CK_MECHANISM_TYPE) -> bool {
+    matches!(m, CKM_AES_ECB | CKM_AES_CBC | CKM_DES3_ECB | CKM_DES3_CBC)
+}
+
+/// Whether `kt` is a secret key type whose value lengths [`check_secret_len`] knows.
+pub fn is_secret_key_type(kt: CK_KEY_TYPE) -> bool {
+    matches!(kt, CKK_AES | CKK_DES3 | CKK_CHACHA20) || is_any_length_type(kt)
+}
+
 /// Runs a whole encryption or decryption of `data` into a new vector.
 fn run_all(mech: &Mechanism, key: Key, encrypt: bool, data: &[u8]) -> CkResult<Zeroizing<Vec<u8>>> {
     let mut op = cipher_init(mech, key, encrypt)?;
@@ -1426,8 +1437,8 @@ pub fn wrap(mech: &Mechanism, wrapping_key: Key, data: &[u8]) -> CkResult<Vec<u8
     }
     let padded;
     let data = match mech.mechanism {
-        CKM_AES_ECB | CKM_AES_CBC | CKM_DES3_ECB | CKM_DES3_CBC => {
-            let bs = block_spec(mech.mechanism)?.bs;
+        m if zero_pads(m) => {
+            let bs = block_spec(m)?.bs;
             let mut v = Zeroizing::new(data.to_vec());
             v.resize(data.len().div_ceil(bs) * bs, 0);
             padded = v;

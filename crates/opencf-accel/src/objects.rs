@@ -202,6 +202,14 @@ impl Object {
                     Material::Pkcs8(der) => Some(rsa_from_pkcs8(&der)?),
                     Material::Value(_) => return Err(CKR_TEMPLATE_INCONSISTENT),
                 };
+                if let (false, Some(p)) = (from_template, &parts) {
+                    // A template's public parts must be the unwrapped key's.
+                    for (k, v) in [(CKA_MODULUS, &p[0]), (CKA_PUBLIC_EXPONENT, &p[1])] {
+                        if bytes(template, k).is_some_and(|g| trim(&g) != *v) {
+                            return Err(CKR_TEMPLATE_INCONSISTENT);
+                        }
+                    }
+                }
                 let (n, e) = match &parts {
                     Some(p) => (p[0].clone(), p[1].clone()),
                     None => (
@@ -225,6 +233,14 @@ impl Object {
                     }
                     Material::Pkcs8(der) => {
                         let (derived, d) = ec_from_pkcs8(&der)?;
+                        // A template's curve must be the unwrapped key's: P-256 (which the
+                        // engine serves) on both sides or on neither.
+                        if given
+                            .as_ref()
+                            .is_some_and(|g| ecdsa::is_p256(g) != d.is_some())
+                        {
+                            return Err(CKR_TEMPLATE_INCONSISTENT);
+                        }
                         (given.unwrap_or(derived), d)
                     }
                     Material::Value(_) => return Err(CKR_TEMPLATE_INCONSISTENT),

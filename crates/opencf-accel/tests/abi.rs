@@ -293,6 +293,71 @@ fn by_value_and_by_unwrap() {
             ],
         )
         .unwrap();
+    // A template that says something else of the unwrapped key is refused, not overruled.
+    let rsa_t = |extra: Attribute| {
+        vec![
+            Attribute::Class(ObjectClass::PRIVATE_KEY),
+            Attribute::KeyType(KeyType::RSA),
+            Attribute::Token(false),
+            Attribute::Sign(true),
+            extra,
+        ]
+    };
+    let unwrap_with = |m: &Mechanism, w: &[u8], t: &[Attribute]| s.unwrap_key(m, wk, w, t);
+    let mut n = vec![0u8];
+    n.extend(key.n().to_vec());
+    unwrap_with(
+        &Mechanism::AesKeyWrapPad,
+        &wrapped,
+        &rsa_t(Attribute::Modulus(n)),
+    )
+    .expect("the key's own modulus, with a leading zero");
+    assert_eq!(
+        rv(unwrap_with(
+            &Mechanism::AesKeyWrapPad,
+            &wrapped,
+            &rsa_t(Attribute::PublicExponent(vec![3]))
+        )
+        .unwrap_err()),
+        RvError::TemplateInconsistent
+    );
+    assert_eq!(
+        rv(unwrap_with(
+            &Mechanism::AesKeyWrapPad,
+            &wrapped,
+            &rsa_t(Attribute::Value(vec![1; 32]))
+        )
+        .unwrap_err()),
+        RvError::TemplateInconsistent
+    );
+    // A P-384 key claimed to be P-256, which the engine would then serve.
+    let p384 = openssl::ec::EcKey::generate(
+        &openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::SECP384R1).unwrap(),
+    )
+    .unwrap();
+    let der = PKey::from_ec_key(p384)
+        .unwrap()
+        .private_key_to_pkcs8()
+        .unwrap();
+    let mut wrapped384 = vec![0u8; der.len() + 16];
+    let n = c.cipher_update(&der, Some(&mut wrapped384)).unwrap();
+    wrapped384.truncate(n);
+    let p256_oid = vec![0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+    assert_eq!(
+        rv(unwrap_with(
+            &Mechanism::AesKeyWrapPad,
+            &wrapped384,
+            &[
+                Attribute::Class(ObjectClass::PRIVATE_KEY),
+                Attribute::KeyType(KeyType::EC),
+                Attribute::Token(false),
+                Attribute::Sign(true),
+                Attribute::EcParams(p256_oid),
+            ]
+        )
+        .unwrap_err()),
+        RvError::TemplateInconsistent
+    );
     s.destroy_object(wk).unwrap();
     exercise(&s, &key, h, &msg);
     // A key without CKA_SIGN may not sign.

@@ -15,7 +15,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed, encode_dss_signature
 from testkeys import unique
-from pkcs11 import Attribute, ObjectClass
+from pkcs11 import Attribute, KeyType, Mechanism, ObjectClass
+from pkcs11.exceptions import KeyHandleInvalid, ObjectHandleInvalid, PKCS11Error
 from token_process import HMAC_KEY, MESSAGE
 
 
@@ -70,6 +71,25 @@ def test_this_process_sees_objects_of_another(session, keystore_env, token_proce
     assert [o[Attribute.VALUE] for o in found] == [value]
     found[0].destroy()
     assert token_process("find", keystore=keystore_env, payload={"label": label})["count"] == 0
+
+
+def test_a_key_changed_by_another_process_is_seen_at_its_next_use(session, keystore_env, token_process):
+    """A session that already used a token key sees another process turn its CKA_ENCRYPT off
+    and on, then destroy it, at the key's next use: not only in a new session or search."""
+    label = unique("changed-elsewhere")
+    key = session.generate_key(KeyType.AES, 128, label=label, store=True, template={
+        Attribute.ENCRYPT: True, Attribute.DECRYPT: True})
+    block = bytes(16)
+    first = key.encrypt(block, mechanism=Mechanism.AES_ECB)
+    token_process("set-encrypt", keystore=keystore_env, payload={"label": label, "value": False})
+    with pytest.raises(PKCS11Error) as refused:  # CKR_KEY_FUNCTION_NOT_PERMITTED
+        key.encrypt(block, mechanism=Mechanism.AES_ECB)
+    assert "0x68" in str(refused.value), refused.value  # python-pkcs11 has no class for it
+    token_process("set-encrypt", keystore=keystore_env, payload={"label": label, "value": True})
+    assert key.encrypt(block, mechanism=Mechanism.AES_ECB) == first
+    assert token_process("destroy", keystore=keystore_env, payload={"label": label}) == {"destroyed": 1}
+    with pytest.raises((KeyHandleInvalid, ObjectHandleInvalid)):
+        key.encrypt(block, mechanism=Mechanism.AES_ECB)
 
 
 @pytest.mark.skipif(ts.softhsm_mode(), reason="SoftHSMv2 has no forced PIN change")

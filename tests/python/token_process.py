@@ -14,6 +14,9 @@ answer is one line of JSON on stdout. Actions:
   find        counts token objects with a label (payload {"label": ...})
   create-one  creates one token data object (payload {"label": ...})
   set-pin     logs in with the default PIN and changes it (payload {"new": ...})
+  set-encrypt sets CKA_ENCRYPT of the token key with a label (payload {"label": ...,
+              "value": true|false})
+  destroy     destroys the token objects with a label (payload {"label": ...})
   pin-changed-elsewhere
               on a fresh token: logged in with the expired default PIN, calls get
               CKR_PIN_EXPIRED; another process (set-pin) changes the PIN; the same
@@ -183,7 +186,26 @@ def pin_changed_elsewhere(lib, payload):
     return out
 
 
+def set_encrypt(lib, payload):
+    s = ts.login(ts.get_token(lib))
+    (key,) = s.get_objects({Attribute.TOKEN: True, Attribute.LABEL: payload["label"]})
+    key[Attribute.ENCRYPT] = payload["value"]
+    s.close()
+    return {"set": True}
+
+
+def destroy(lib, payload):
+    s = ts.login(ts.get_token(lib))
+    objs = list(s.get_objects({Attribute.TOKEN: True, Attribute.LABEL: payload["label"]}))
+    for o in objs:
+        o.destroy()
+    s.close()
+    return {"destroyed": len(objs)}
+
+
 ACTIONS = {
+    "set-encrypt": set_encrypt,
+    "destroy": destroy,
     "set-pin": set_pin,
     "pin-changed-elsewhere": pin_changed_elsewhere,
     "fresh-pin": fresh_pin,

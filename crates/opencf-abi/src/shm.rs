@@ -49,38 +49,32 @@ impl SharedCells {
     /// at `path` is refused.
     pub fn create(path: &Path, cells: usize) -> io::Result<SharedCells> {
         let bytes = byte_len(cells)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)?;
+        let file = open_regular(path, Some(OpenOptions::new().create_new(true)))?;
         file.set_len(bytes as u64)?;
-        map(
-            &file,
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-        )
+        map(&file, bytes, libc::MAP_SHARED)
+    }
+
+    /// Opens `path`, creating it with mode 0600 where it is missing, makes it at least `cells`
+    /// cells long (never shorter) and maps those cells shared and writable: every process that
+    /// does the same shares them, for counters that several processes bump. A symbolic link
+    /// or a file that is not a regular file is refused.
+    pub fn open_shared(path: &Path, cells: usize) -> io::Result<SharedCells> {
+        let bytes = byte_len(cells)?;
+        let file = open_regular(path, Some(OpenOptions::new().create(true)))?;
+        // Two processes creating the file at once both extend it to the same length; a
+        // length already reached is left alone, so no cell is ever zeroed under its users.
+        if file.metadata()?.len() < bytes as u64 {
+            file.set_len(bytes as u64)?;
+        }
+        map(&file, bytes, libc::MAP_SHARED)
     }
 
     /// Maps an existing regular file for reading (private mapping, see the type's
     /// documentation). Its size must be a non-zero multiple of 8 bytes; a symbolic link or a
     /// file that is not a regular file is refused.
     pub fn open(path: &Path) -> io::Result<SharedCells> {
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)?;
-        let meta = file.metadata()?;
-        if !meta.file_type().is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "not a regular file",
-            ));
-        }
-        let size = usize::try_from(meta.len())
+        let file = open_regular(path, None)?;
+        let size = usize::try_from(file.metadata()?.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
         if size == 0 || size % CELL != 0 {
             return Err(io::Error::new(
@@ -88,12 +82,7 @@ impl SharedCells {
                 "size is not a non-zero multiple of 8 bytes",
             ));
         }
-        map(
-            &file,
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE,
-        )
+        map(&file, size, libc::MAP_PRIVATE)
     }
 
     /// The mapped cells.
@@ -136,12 +125,35 @@ fn byte_len(cells: usize) -> io::Result<usize> {
     }
 }
 
-fn map(
-    file: &File,
-    bytes: usize,
-    prot: libc::c_int,
-    flags: libc::c_int,
-) -> io::Result<SharedCells> {
+/// Opens a regular file at `path` without following a symbolic link: for reading only
+/// (`writable` `None`), or for reading and writing with those options' way of creating it
+/// (mode 0600). Anything but a regular file is refused.
+fn open_regular(path: &Path, writable: Option<&mut OpenOptions>) -> io::Result<File> {
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let file = match writable {
+        Some(o) => o
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(flags)
+            .open(path)?,
+        None => OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)?,
+    };
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Maps `bytes` of `file` readable and writable, `flags` `MAP_SHARED` or `MAP_PRIVATE`.
+fn map(file: &File, bytes: usize, flags: libc::c_int) -> io::Result<SharedCells> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: a fresh mapping (address chosen by the kernel, so nothing existing is replaced) of
     // `bytes` bytes of an open file descriptor; the result is checked against MAP_FAILED. The
     // mapping stays valid after the descriptor is closed.
@@ -194,6 +206,23 @@ mod tests {
         let again = SharedCells::create(&path, 4).err().map(|e| e.kind());
         assert_eq!(again, Some(io::ErrorKind::AlreadyExists));
         assert_eq!(w.cells()[3].load(Ordering::Relaxed), 43);
+        // Shared cells: two mappings of one file see each other's stores; a second
+        // opening neither shortens nor zeroes the file.
+        let shared = dir.join("shared");
+        let _ = std::fs::remove_file(&shared);
+        let a = SharedCells::open_shared(&shared, 1).unwrap();
+        a.cells()[0].fetch_add(5, Ordering::AcqRel);
+        let b = SharedCells::open_shared(&shared, 1).unwrap();
+        assert_eq!(b.cells()[0].load(Ordering::Acquire), 5);
+        b.cells()[0].fetch_add(1, Ordering::AcqRel);
+        assert_eq!(a.cells()[0].load(Ordering::Acquire), 6);
+        assert_eq!(std::fs::metadata(&shared).unwrap().len(), 8);
+        drop((a, b));
+        std::os::unix::fs::symlink(&shared, dir.join("link")).unwrap_or(());
+        assert!(SharedCells::open_shared(&dir.join("link"), 1).is_err());
+        assert!(SharedCells::open_shared(&dir, 1).is_err());
+        let _ = std::fs::remove_file(dir.join("link"));
+        let _ = std::fs::remove_file(&shared);
         drop(w);
         drop(r);
         std::fs::write(&path, b"odd").unwrap();

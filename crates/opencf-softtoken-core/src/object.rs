@@ -85,6 +85,7 @@ impl SoftToken {
         h: CK_OBJECT_HANDLE,
         missing: CK_RV,
     ) -> CkResult<Arc<Object>> {
+        sess.token.sync_if_changed(self)?;
         let obj = match self.objects.get(h) {
             Some(o) => o,
             None => {

@@ -177,6 +177,7 @@ impl SoftToken {
         h: CK_OBJECT_HANDLE,
         missing: CK_RV,
     ) -> CkResult<&'a Arc<Object>> {
+        sess.token.sync_if_changed(self)?;
         let epoch = self.epoch.load(Ordering::Acquire);
         if keys.epoch != epoch {
             keys.map.clear();

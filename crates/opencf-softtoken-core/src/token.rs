@@ -9,7 +9,7 @@ use opencf_abi::sys::*;
 use opencf_abi::CkResult;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Nobody is logged in.
@@ -50,6 +50,8 @@ pub struct Token {
     pub master_key: Mutex<Option<MasterKey>>,
     /// Object synchronisation with the keystore.
     pub sync: Mutex<SyncState>,
+    /// The keystore's change counter when this process last brought its objects in step.
+    pub changes_seen: AtomicU64,
 }
 
 /// Maps keystore errors to PKCS#11 codes.
@@ -77,6 +79,7 @@ impl Token {
             pin_expired: AtomicBool::new(false),
             master_key: Mutex::new(None),
             sync: Mutex::new(SyncState::default()),
+            changes_seen: AtomicU64::new(0),
         };
         if default || t.path.exists() {
             let store = TokenStore::open(&t.path).map_err(|e| {
@@ -212,6 +215,20 @@ impl Token {
         }
         if changed {
             st.bump_epoch();
+        }
+        Ok(())
+    }
+
+    /// Brings the objects in step when the keystore's change counter moved since this
+    /// process last looked: a key another process changed or destroyed is seen at its next
+    /// use, not only at the next session or search. One atomic load when nothing changed.
+    pub fn sync_if_changed(&self, st: &SoftToken) -> CkResult<()> {
+        let Some(now) = self.store.get().and_then(|s| s.changes()) else {
+            return Ok(());
+        };
+        if self.changes_seen.load(Ordering::Acquire) != now {
+            self.refresh(st, false)?;
+            self.changes_seen.store(now, Ordering::Release);
         }
         Ok(())
     }

@@ -977,6 +977,85 @@ fn a_clone_follows_its_key_changed_elsewhere() {
     p.finalize().unwrap();
 }
 
+/// Not a test on its own: in a child process (`OPENCF_CHANGE_CHILD` set to a label) it opens
+/// the software token alone on the same keystore, as another application would, and sets
+/// `CKA_ENCRYPT` of the token key with that label to `OPENCF_CHANGE_VALUE`.
+#[test]
+fn change_child() {
+    let Ok(label) = std::env::var("OPENCF_CHANGE_CHILD") else {
+        return;
+    };
+    let value = std::env::var("OPENCF_CHANGE_VALUE").as_deref() == Ok("true");
+    let p = Pkcs11::new(release("libopencf_softtoken.so")).expect("load the software token");
+    p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK))
+        .unwrap();
+    let slot = slot_labelled(&p, "OpenCF Softtoken");
+    let s = p.open_rw_session(slot).unwrap();
+    s.login(UserType::User, Some(&AuthPin::from(USER_PIN.to_string())))
+        .expect("C_Login in the other process");
+    let found = s
+        .find_objects(&[Attribute::Token(true), Attribute::Label(label.into_bytes())])
+        .unwrap();
+    assert_eq!(found.len(), 1, "the key, found by its label");
+    s.update_attributes(found[0], &[Attribute::Encrypt(value)])
+        .expect("C_SetAttributeValue in the other process");
+    // A line of its own: libtest has already printed "test change_child ... ".
+    println!("\nCHANGED");
+}
+
+/// Runs [`change_child`] in a new process and waits for it.
+fn change_in_another_process(label: &str, value: bool) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "change_child", "--nocapture", "--test-threads=1"])
+        .env("OPENCF_CHANGE_CHILD", label)
+        .env("OPENCF_CHANGE_VALUE", value.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CHANGED"),
+        "the other process failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A key's usage changed by another process reaches slot 0 at the key's next use, in a
+/// session that has already used it and whose clone serves it in another provider: slot 0
+/// answers as the keystore does, then serves again when the usage is back.
+#[test]
+fn a_clone_follows_its_key_changed_by_another_process() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("xproc", "none", true, "");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let label = "changed-by-another-process";
+    let k = s
+        .generate_key(
+            &Mechanism::AesKeyGen,
+            &[
+                Attribute::ValueLen(16.into()),
+                Attribute::Token(true),
+                Attribute::Private(true),
+                Attribute::Encrypt(true),
+                Attribute::Label(label.as_bytes().to_vec()),
+            ],
+        )
+        .unwrap();
+    let block = [3u8; 16];
+    let clones = secret_keys_in_faulty(&p);
+    let first = s.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    assert_eq!(secret_keys_in_faulty(&p), clones + 1, "cloned");
+    change_in_another_process(label, false);
+    match s.encrypt(&Mechanism::AesEcb, k, &block) {
+        Err(Error::Pkcs11(RvError::KeyFunctionNotPermitted, _)) => {}
+        other => panic!("slot 0 after CKA_ENCRYPT=FALSE in another process: {other:?}"),
+    }
+    change_in_another_process(label, true);
+    assert_eq!(s.encrypt(&Mechanism::AesEcb, k, &block).unwrap(), first);
+    drop(s);
+    p.finalize().unwrap();
+}
+
 /// The keystore's policy holds for what slot 0 runs in the keystore: a mechanism the keystore
 /// may not use is refused for key generation and message-based encryption on slot 0, as on
 /// the keystore's own slot, even where another provider offers it.

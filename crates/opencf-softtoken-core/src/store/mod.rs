@@ -42,6 +42,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use opencf_abi::shm::SharedCells;
 use opencf_abi::sys::{
     CKR_DEVICE_ERROR, CKR_DEVICE_MEMORY, CKR_OBJECT_HANDLE_INVALID, CKR_PIN_INCORRECT,
     CKR_PIN_LEN_RANGE, CKR_PIN_LOCKED, CKR_USER_NOT_LOGGED_IN, CKR_USER_PIN_NOT_INITIALIZED,
@@ -187,6 +188,16 @@ impl TokenMeta {
 pub struct TokenStore {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// The keystore's change counter, shared by every process that opens it (see
+    /// [`TokenStore::changes`]); `None` where the file cannot be made.
+    changes: Option<SharedCells>,
+}
+
+/// The change counter's file beside the database: `<database>.changes`.
+pub fn changes_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".changes");
+    PathBuf::from(p)
 }
 
 fn check_pin_len(pin: &[u8]) -> Result<(), StoreError> {
@@ -390,7 +401,28 @@ impl TokenStore {
         Ok(TokenStore {
             conn: Mutex::new(conn),
             path: path.to_owned(),
+            changes: SharedCells::open_shared(&changes_path(path), 1).ok(),
         })
+    }
+
+    /// The keystore's change counter: every process bumps it after each write it commits, so
+    /// a process sees another's change at its next use of an object, for the price of one
+    /// atomic load. A hint only: `None` (a file that could not be made, a read-only keystore)
+    /// leaves the sync points of `PRAGMA data_version` (a new session, a search), which
+    /// [`TokenStore::data_version`] still decides.
+    pub fn changes(&self) -> Option<u64> {
+        self.changes
+            .as_ref()
+            .map(|c| c.cells()[0].load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Commits a write transaction and bumps the change counter.
+    fn commit(&self, tx: Transaction<'_>, what: &str) -> Result<(), StoreError> {
+        tx.commit().ctx(what)?;
+        if let Some(c) = &self.changes {
+            c.cells()[0].fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// The database file.
@@ -446,7 +478,7 @@ impl TokenStore {
             params![clip_label(label), check],
         )
         .ctx(what)?;
-        tx.commit().ctx(what)
+        self.commit(tx, what)
     }
 
     /// C_InitToken. If the token is initialized, `so_pin` must verify (failures
@@ -489,7 +521,7 @@ impl TokenStore {
                 params![clip_label(label), check],
             )
             .ctx(what)?;
-            return tx.commit().ctx(what);
+            return self.commit(tx, what);
         }
         Err(StoreError::Io(format!(
             "{what}: token kept changing concurrently"
@@ -531,7 +563,7 @@ impl TokenStore {
                     .ok_or_else(|| StoreError::Corrupt(format!("{who:?} PIN record missing")))?;
                 let count = failures + 1;
                 set_failures(&tx, who, count)?;
-                tx.commit().ctx(what)?;
+                self.commit(tx, what)?;
                 (rec, count)
             };
 
@@ -549,7 +581,7 @@ impl TokenStore {
             return match result {
                 Some(mk) => {
                     set_failures(&tx, who, 0)?;
-                    tx.commit().ctx(what)?;
+                    self.commit(tx, what)?;
                     Ok((mk, rec))
                 }
                 None if count >= MAX_PIN_FAILURES => Err(StoreError::Pin(CKR_PIN_LOCKED)),
@@ -594,7 +626,7 @@ impl TokenStore {
                 [],
             )
             .ctx(what)?;
-            return tx.commit().ctx(what);
+            return self.commit(tx, what);
         }
         Err(StoreError::Io(format!(
             "{what}: PIN record kept changing concurrently"
@@ -620,7 +652,7 @@ impl TokenStore {
             [],
         )
         .ctx(what)?;
-        tx.commit().ctx(what)
+        self.commit(tx, what)
     }
 
     /// Stores a new object (version 1) and returns its id. Private objects have
@@ -646,7 +678,7 @@ impl TokenStore {
             .ctx(what)?;
         let id = tx.last_insert_rowid();
         write_attrs(&tx, id, attrs, sealer.as_mut())?;
-        tx.commit().ctx(what)?;
+        self.commit(tx, what)?;
         Ok(id)
     }
 
@@ -681,7 +713,7 @@ impl TokenStore {
             .execute([id])
             .ctx(what)?;
         write_attrs(&tx, id, attrs, sealer.as_mut())?;
-        tx.commit().ctx(what)
+        self.commit(tx, what)
     }
 
     /// Deletes object `id`; `false` if there was none.
@@ -698,7 +730,7 @@ impl TokenStore {
             .ctx(what)?
             .execute([id])
             .ctx(what)?;
-        tx.commit().ctx(what)?;
+        self.commit(tx, what)?;
         Ok(n > 0)
     }
 
@@ -880,6 +912,6 @@ impl TokenStore {
             }
             write_attrs(&tx, id, attrs, s)?;
         }
-        tx.commit().ctx("bulk insert")
+        self.commit(tx, "bulk insert")
     }
 }

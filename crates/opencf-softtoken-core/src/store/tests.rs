@@ -439,7 +439,17 @@ fn object_updates_versions_and_deletes() {
     s.update_object(id, false, &attrs(&[(CKA_ID, b"2")]), None)
         .unwrap();
     assert_ne!(other.data_version().unwrap(), seen, "other commits do");
-    assert_eq!(s.object_versions().unwrap(), vec![(id, 2, false)]);
+    // The shared change counter: each write bumps it for every opener; reads do not.
+    let counted = other.changes().expect("the change counter file");
+    assert_eq!(s.changes(), Some(counted), "one counter for both");
+    other.load_object(id, None).unwrap();
+    other.object_versions().unwrap();
+    assert_eq!(s.changes(), Some(counted), "reads do not bump it");
+    s.update_object(id, false, &attrs(&[(CKA_ID, b"2")]), None)
+        .unwrap();
+    assert_eq!(other.changes(), Some(counted + 1), "a write does");
+    assert!(crate::store::changes_path(&dir.db()).exists());
+    assert_eq!(s.object_versions().unwrap(), vec![(id, 3, false)]);
     assert_eq!(
         other.load_object(id, None).unwrap(),
         Some(attrs(&[(CKA_ID, b"2")]))
@@ -449,7 +459,7 @@ fn object_updates_versions_and_deletes() {
     assert_eq!(
         s.load_all(None).unwrap(),
         vec![
-            (id, 2, false, attrs(&[(CKA_ID, b"2")])),
+            (id, 3, false, attrs(&[(CKA_ID, b"2")])),
             (empty, 1, false, AttrMap::new())
         ]
     );

@@ -430,9 +430,13 @@ static void made_keys_follow_their_content(CK_SESSION_HANDLE s)
 
     CK_HKDF_PARAMS hp = { CK_TRUE, CK_TRUE, CKM_SHA256, CKF_HKDF_SALT_NULL, NULL, 0, 0, NULL, 0 };
     CK_MECHANISM hkdf = { CKM_HKDF_DERIVE, &hp, sizeof hp };
-    CK_ATTRIBUTE dt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16) };
-    expect("C_DeriveKey with CKA_VALUE in the template", F->C_DeriveKey(s, &hkdf, w, dt, NA(dt), &h),
+    CK_ATTRIBUTE bt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE, v32), A(CKA_DERIVE, T) };
+    CK_OBJECT_HANDLE base = make(s, bt, NA(bt));
+    CK_ATTRIBUTE dt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE_LEN, len16),
+                          A(CKA_VALUE, v16) };
+    expect("C_DeriveKey with CKA_VALUE in the template", F->C_DeriveKey(s, &hkdf, base, dt, NA(dt), &h),
            CKR_TEMPLATE_INCONSISTENT);
+    expect("C_DeriveKey without it", F->C_DeriveKey(s, &hkdf, base, dt, NA(dt) - 1, &h), CKR_OK);
 }
 
 /* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with

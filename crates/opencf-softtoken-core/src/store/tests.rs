@@ -696,6 +696,11 @@ fn load_all_is_fast() {
     // Generous bound: unoptimized test builds are several times slower than
     // release builds.
     assert!(took.as_secs_f64() < 5.0, "load_all took {took:?}");
+    // What another process's write costs a process at its next object lookup.
+    let t = Instant::now();
+    let versions = s.object_versions().unwrap();
+    eprintln!("object_versions of {OBJECTS} objects: {:?}", t.elapsed());
+    assert_eq!(versions.len(), OBJECTS);
 }
 
 /// A database that cannot grow (SQLite's `SQLITE_FULL`, as on a full disk; here its page

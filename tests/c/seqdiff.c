@@ -737,8 +737,8 @@ static void do_recover(void)
             return;
         keep_obj(hp);
         keep_obj(hv);
-        out(F->C_SignRecoverInit(s, &m, hv), "C_SignRecoverInit(recover,%lx)",
-            (unsigned long)m.mechanism);
+        CK_RV srv = F->C_SignRecoverInit(s, &m, hv);
+        out(srv, "C_SignRecoverInit(recover,%lx)", (unsigned long)m.mechanism);
         dlen = m.mechanism == CKM_RSA_X_509 || chance(20) ? 256 : below(250);
         fill_input(dlen);
         data[0] = 0;
@@ -748,9 +748,11 @@ static void do_recover(void)
         out(vrv, "C_VerifyRecoverInit(recover,%lx)", (unsigned long)m.mechanism);
         /* The two runs have different keys: what is recovered must not depend on the
          * modulus, so a changed signature stays below any modulus (its last bit changed), and
-         * without one, or when the verification runs with a key of an earlier init (this one
-         * refused), the input is noise below any modulus. */
-        if (rv != CKR_OK || vrv != CKR_OK) {
+         * without one, or when the signature or the verification runs with a key of an
+         * earlier init (this one refused: the signature of another key may be above this
+         * key's modulus in one run and below it in the other), the input is noise below any
+         * modulus. */
+        if (srv != CKR_OK || rv != CKR_OK || vrv != CKR_OK) {
             slen = 256;
             fill(sig, slen);
             sig[0] = 0;

@@ -18,11 +18,7 @@ fn value_len(t: &AttrMap) -> CkResult<Option<usize>> {
     if let Some(n) = t.ulong(CKA_VALUE_LEN)? {
         return Ok(Some(n as usize));
     }
-    Ok(match t.ulong(CKA_KEY_TYPE)? {
-        Some(CKK_DES3) => Some(24),
-        Some(CKK_CHACHA20) => Some(32),
-        _ => None,
-    })
+    Ok(t.ulong(CKA_KEY_TYPE)?.and_then(mech::sym::implied_len))
 }
 
 /// Fits the unwrapped value of a secret key to its template. A length the template asks for
@@ -48,9 +44,7 @@ fn fit_unwrapped_secret(
             bytes.truncate(n);
         }
     }
-    if mech::sym::is_secret_key_type(key_type)
-        && mech::sym::check_secret_len(key_type, bytes.len()).is_err()
-    {
+    if mech::sym::secret_len_fits(key_type, bytes.len()) == Some(false) {
         return Err(CKR_WRAPPED_KEY_INVALID);
     }
     Ok(())

@@ -1268,21 +1268,25 @@ fn is_any_length_type(kt: CK_KEY_TYPE) -> bool {
     )
 }
 
-/// Checks that `len` bytes is a valid value length for a secret key of type `kt`
-/// (`CKR_ATTRIBUTE_VALUE_INVALID` if not; unknown types are `CKR_ATTRIBUTE_VALUE_INVALID`
-/// too).
-pub fn check_secret_len(kt: CK_KEY_TYPE, len: usize) -> CkResult<()> {
-    let ok = match kt {
+/// Whether `len` bytes is a valid value length for a secret key of type `kt`; `None` when
+/// `kt` is not a secret key type this token knows.
+pub fn secret_len_fits(kt: CK_KEY_TYPE, len: usize) -> Option<bool> {
+    Some(match kt {
         CKK_AES => matches!(len, 16 | 24 | 32),
         CKK_DES3 => len == 24,
         CKK_CHACHA20 => len == 32,
         t if is_any_length_type(t) => (1..=MAX_SECRET).contains(&len),
-        _ => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(CKR_ATTRIBUTE_VALUE_INVALID)
+        _ => return None,
+    })
+}
+
+/// Checks that `len` bytes is a valid value length for a secret key of type `kt`
+/// (`CKR_ATTRIBUTE_VALUE_INVALID` if not; unknown types are `CKR_ATTRIBUTE_VALUE_INVALID`
+/// too).
+pub(crate) fn check_secret_len(kt: CK_KEY_TYPE, len: usize) -> CkResult<()> {
+    match secret_len_fits(kt, len) {
+        Some(true) => Ok(()),
+        _ => Err(CKR_ATTRIBUTE_VALUE_INVALID),
     }
 }
 
@@ -1410,11 +1414,6 @@ fn wrapping_mech(m: CK_MECHANISM_TYPE) -> bool {
 /// of their own, as [`wrap`] does); the others' unwrapped content is the key, exactly.
 pub fn zero_pads(m: CK_MECHANISM_TYPE) -> bool {
     matches!(m, CKM_AES_ECB | CKM_AES_CBC | CKM_DES3_ECB | CKM_DES3_CBC)
-}
-
-/// Whether `kt` is a secret key type whose value lengths [`check_secret_len`] knows.
-pub fn is_secret_key_type(kt: CK_KEY_TYPE) -> bool {
-    matches!(kt, CKK_AES | CKK_DES3 | CKK_CHACHA20) || is_any_length_type(kt)
 }
 
 /// Runs a whole encryption or decryption of `data` into a new vector.

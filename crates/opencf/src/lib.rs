@@ -208,14 +208,20 @@ impl Sessions {
     /// Every (handle, session) whose session matches `f`.
     pub fn matching(&self, f: impl Fn(&Sess) -> bool) -> Vec<CK_SESSION_HANDLE> {
         let mut out = Vec::new();
+        self.each(|h, s| {
+            if f(s) {
+                out.push(h);
+            }
+        });
+        out
+    }
+    /// Runs `f` on every (handle, session), one shard's read lock at a time.
+    pub fn each(&self, mut f: impl FnMut(CK_SESSION_HANDLE, &Sess)) {
         for sh in &self.shards {
             for (h, s) in sh.read().unwrap_or_else(|e| e.into_inner()).iter() {
-                if f(s) {
-                    out.push(*h);
-                }
+                f(*h, s);
             }
         }
-        out
     }
 }
 
@@ -269,6 +275,22 @@ impl OpenCf {
             .get((slot as usize).wrapping_sub(1))
             .copied()
             .ok_or(CKR_SLOT_ID_INVALID)
+    }
+}
+
+impl Sess {
+    /// Whether the session is on framework slot `slot` (slot 0 for a metaslot session).
+    pub fn on_slot(&self, slot: CK_SLOT_ID) -> bool {
+        match self {
+            Sess::Pass { slot: sl, .. } => *sl == slot,
+            Sess::Meta { .. } => slot == METASLOT_ID,
+        }
+    }
+    /// Whether the session was opened read/write.
+    pub fn is_rw(&self) -> bool {
+        match self {
+            Sess::Pass { rw, .. } | Sess::Meta { rw, .. } => *rw,
+        }
     }
 }
 

@@ -99,10 +99,7 @@ impl OpenCf {
         } else {
             self.provider_slot(slot)?;
         }
-        let hs = self.sessions.matching(|s| match s {
-            Sess::Pass { slot: sl, .. } => *sl == slot,
-            Sess::Meta { .. } => slot == METASLOT_ID,
-        });
+        let hs = self.sessions.matching(|s| s.on_slot(slot));
         for h in hs {
             let _ = self.close_session(h);
         }

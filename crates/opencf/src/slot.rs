@@ -4,7 +4,7 @@
 //! Slot 0 is the metaslot; framework slot `n ≥ 1` is the `n`-th provider slot counted over the
 //! providers in config order. PIN calls on the metaslot go to the keystore token.
 
-use crate::{dispatch, OpenCf, Sess, METASLOT_ID};
+use crate::{dispatch, OpenCf, METASLOT_ID};
 use opencf_abi::sys::*;
 use opencf_abi::{pad_field, CkResult};
 
@@ -60,15 +60,14 @@ impl OpenCf {
     /// The number of the application's sessions on `slot`, and how many of them are
     /// read/write.
     fn session_counts(&self, slot: CK_SLOT_ID) -> (CK_ULONG, CK_ULONG) {
-        let all = self.sessions.matching(|s| match s {
-            Sess::Pass { slot: sl, .. } => *sl == slot,
-            Sess::Meta { .. } => slot == METASLOT_ID,
+        let (mut all, mut rw) = (0, 0);
+        self.sessions.each(|_, s| {
+            if s.on_slot(slot) {
+                all += 1;
+                rw += CK_ULONG::from(s.is_rw());
+            }
         });
-        let rw = self.sessions.matching(|s| match s {
-            Sess::Pass { slot: sl, rw, .. } => *sl == slot && *rw,
-            Sess::Meta { rw, .. } => slot == METASLOT_ID && *rw,
-        });
-        (all.len() as CK_ULONG, rw.len() as CK_ULONG)
+        (all, rw)
     }
 
     fn token_info_of_provider(&self, slot: CK_SLOT_ID) -> CkResult<CK_TOKEN_INFO> {

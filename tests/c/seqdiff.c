@@ -1222,8 +1222,9 @@ static void do_session_misc(void)
     case 1:
         if (F3) {
             static const CK_FLAGS fl[] = { CKF_ENCRYPT, CKF_DECRYPT, CKF_DIGEST, CKF_SIGN,
-                                           CKF_VERIFY, CKF_FIND_OBJECTS };
-            CK_FLAGS f = fl[below(6)] | (chance(30) ? fl[below(6)] : 0);
+                                           CKF_VERIFY, CKF_FIND_OBJECTS, CKF_MESSAGE_ENCRYPT,
+                                           CKF_MESSAGE_DECRYPT };
+            CK_FLAGS f = fl[below(8)] | (chance(30) ? fl[below(8)] : 0);
             out(F3->C_SessionCancel(s, f), "C_SessionCancel(%lx)", (unsigned long)f);
         }
         break;

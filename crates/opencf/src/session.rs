@@ -145,6 +145,15 @@ impl OpenCf {
                 ms.finding = false;
                 let _ = self.p(self.meta()?.keystore).find_objects_final(ms.ks);
             }
+            // The message-based operations run in the keystore session (`crypt.rs`).
+            let message = flags
+                & (CKF_MESSAGE_ENCRYPT
+                    | CKF_MESSAGE_DECRYPT
+                    | CKF_MESSAGE_SIGN
+                    | CKF_MESSAGE_VERIFY);
+            if message != 0 {
+                let _ = self.p(self.meta()?.keystore).session_cancel(ms.ks, message);
+            }
             Ok(())
         })
     }

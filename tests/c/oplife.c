@@ -7,6 +7,9 @@
  * Checked, with the PKCS#11 3.2 rule each case follows:
  * - an update, C_Verify or C_VerifyFinal refused for its arguments (CKR_ARGUMENTS_BAD) ends
  *   its operation ("a call ... which results in an error terminates the operation");
+ * - C_Sign and C_Verify "cannot be used to terminate a multi-part operation": after an update
+ *   they answer CKR_OPERATION_ACTIVE, which ends the operation; C_SessionCancel ends the
+ *   message-based operations its flags name;
  * - a key with CKA_ALWAYS_AUTHENTICATE signs and decrypts only after
  *   C_Login(CKU_CONTEXT_SPECIFIC), once per operation; without it C_Sign and C_Decrypt answer
  *   CKR_USER_NOT_LOGGED_IN and end the operation (a size query may come first);
@@ -100,14 +103,26 @@ static CK_OBJECT_HANDLE make(CK_SESSION_HANDLE s, CK_ATTRIBUTE *a, CK_ULONG n)
     return h;
 }
 
-/* CKR_ARGUMENTS_BAD from an update, C_Verify or C_VerifyFinal ends the operation. */
-static void argument_errors_end_operations(CK_SESSION_HANDLE s)
+/* A session AES-128 key that encrypts and decrypts. */
+static CK_OBJECT_HANDLE make_aes(CK_SESSION_HANDLE s)
 {
     CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
                           A(CKA_ENCRYPT, T), A(CKA_DECRYPT, T) };
+    return make(s, ka, NA(ka));
+}
+
+/* A session generic secret that signs and verifies (HMAC). */
+static CK_OBJECT_HANDLE make_hmac(CK_SESSION_HANDLE s)
+{
     CK_ATTRIBUTE ha[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_gen), A(CKA_VALUE, v32),
                           A(CKA_SIGN, T), A(CKA_VERIFY, T) };
-    CK_OBJECT_HANDLE aes = make(s, ka, NA(ka)), hmac = make(s, ha, NA(ha));
+    return make(s, ha, NA(ha));
+}
+
+/* CKR_ARGUMENTS_BAD from an update, C_Verify or C_VerifyFinal ends the operation. */
+static void argument_errors_end_operations(CK_SESSION_HANDLE s)
+{
+    CK_OBJECT_HANDLE aes = make_aes(s), hmac = make_hmac(s);
     CK_BYTE out[64], sig[32] = { 0 };
     CK_ULONG len;
 
@@ -144,6 +159,68 @@ static void argument_errors_end_operations(CK_SESSION_HANDLE s)
     must("C_VerifyUpdate", F->C_VerifyUpdate(s, data32, 32));
     expect("C_VerifyFinal(NULL signature)", F->C_VerifyFinal(s, NULL, 32), CKR_ARGUMENTS_BAD);
     expect("  then C_VerifyFinal", F->C_VerifyFinal(s, sig, sizeof sig), CKR_OPERATION_NOT_INITIALIZED);
+}
+
+/* C_Sign and C_Verify cannot end a multi-part operation: after an update they answer
+ * CKR_OPERATION_ACTIVE, and the error ends the operation. C_SessionCancel ends the
+ * message-based operations its flags name. */
+static void single_part_and_cancel_rules(CK_SESSION_HANDLE s)
+{
+    CK_OBJECT_HANDLE hmac = make_hmac(s), aes = make_aes(s);
+    CK_MECHANISM gen = { CKM_RSA_PKCS_KEY_PAIR_GEN, NULL, 0 };
+    CK_ULONG bits = 2048;
+    CK_BYTE e[] = { 1, 0, 1 };
+    CK_ATTRIBUTE pub_t[] = { A(CKA_MODULUS_BITS, bits), { CKA_PUBLIC_EXPONENT, e, 3 }, A(CKA_VERIFY, T) };
+    CK_ATTRIBUTE priv_t[] = { A(CKA_SIGN, T) };
+    CK_OBJECT_HANDLE pub, priv;
+    CK_BYTE sig[256];
+    CK_ULONG len;
+    must("C_GenerateKeyPair", F->C_GenerateKeyPair(s, &gen, pub_t, NA(pub_t), priv_t, NA(priv_t), &pub, &priv));
+
+    struct {
+        const char *name;
+        CK_MECHANISM *m;
+        CK_OBJECT_HANDLE sign_key, verify_key;
+    } keys[] = { { "HMAC", &m_hmac, hmac, hmac }, { "RSA", &m_rsa_sha, priv, pub } };
+    for (size_t i = 0; i < NA(keys); i++) {
+        char what[96];
+        must("C_SignInit", F->C_SignInit(s, keys[i].m, keys[i].sign_key));
+        must("C_SignUpdate", F->C_SignUpdate(s, data32, 16));
+        len = sizeof sig;
+        snprintf(what, sizeof what, "%s C_Sign after C_SignUpdate", keys[i].name);
+        expect(what, F->C_Sign(s, data32 + 16, 16, sig, &len), CKR_OPERATION_ACTIVE);
+        len = sizeof sig;
+        expect("  then C_SignFinal (the error ended it)", F->C_SignFinal(s, sig, &len),
+               CKR_OPERATION_NOT_INITIALIZED);
+        must("C_SignInit", F->C_SignInit(s, keys[i].m, keys[i].sign_key));
+        len = sizeof sig;
+        must("C_Sign", F->C_Sign(s, data32, 32, sig, &len));
+        must("C_VerifyInit", F->C_VerifyInit(s, keys[i].m, keys[i].verify_key));
+        must("C_VerifyUpdate", F->C_VerifyUpdate(s, data32, 16));
+        snprintf(what, sizeof what, "%s C_Verify after C_VerifyUpdate", keys[i].name);
+        expect(what, F->C_Verify(s, data32, 32, sig, len), CKR_OPERATION_ACTIVE);
+        expect("  then C_VerifyFinal (the error ended it)", F->C_VerifyFinal(s, sig, len),
+               CKR_OPERATION_NOT_INITIALIZED);
+    }
+
+    CK_BYTE gcm_iv[12] = { 0 }, tag[16], out[64];
+    CK_GCM_MESSAGE_PARAMS gp = { gcm_iv, sizeof gcm_iv, 0, CKG_NO_GENERATE, tag, 128 };
+    CK_MECHANISM gcm = { CKM_AES_GCM, NULL, 0 };
+    must("C_MessageEncryptInit", F->C_MessageEncryptInit(s, &gcm, aes));
+    expect("C_SessionCancel(CKF_MESSAGE_ENCRYPT)", F->C_SessionCancel(s, CKF_MESSAGE_ENCRYPT), CKR_OK);
+    len = sizeof out;
+    expect("  then C_EncryptMessage", F->C_EncryptMessage(s, &gp, sizeof gp, NULL, 0, data32, 32, out, &len),
+           CKR_OPERATION_NOT_INITIALIZED);
+    expect("  then C_MessageEncryptInit", F->C_MessageEncryptInit(s, &gcm, aes), CKR_OK);
+    len = sizeof out;
+    expect("  and C_EncryptMessage", F->C_EncryptMessage(s, &gp, sizeof gp, NULL, 0, data32, 32, out, &len),
+           CKR_OK);
+    must("C_MessageEncryptFinal", F->C_MessageEncryptFinal(s));
+    must("C_MessageDecryptInit", F->C_MessageDecryptInit(s, &gcm, aes));
+    expect("C_SessionCancel(CKF_MESSAGE_DECRYPT)", F->C_SessionCancel(s, CKF_MESSAGE_DECRYPT), CKR_OK);
+    expect("  then C_MessageDecryptFinal", F->C_MessageDecryptFinal(s), CKR_OPERATION_NOT_INITIALIZED);
+    expect("  then C_MessageDecryptInit", F->C_MessageDecryptInit(s, &gcm, aes), CKR_OK);
+    must("C_MessageDecryptFinal", F->C_MessageDecryptFinal(s));
 }
 
 /* A sensitive key's value: read-only, whatever the guess. */
@@ -510,6 +587,7 @@ int main(int argc, char **argv)
     login(s);
     printf("# %s, slot %lu\n", argv[1], SLOT);
     argument_errors_end_operations(s);
+    single_part_and_cancel_rules(s);
     no_answer_confirms_a_guess(s);
     context_specific_login(s);
     private_handles_end_at_logout(s);

@@ -224,6 +224,8 @@ enum Encoder {
 pub struct SignOp {
     key: Arc<RsaKey>,
     enc: Encoder,
+    /// `C_SignUpdate` has been called: `C_Sign` may no longer end the operation.
+    updated: bool,
 }
 
 // `MdCtx` wraps an `EVP_MD_CTX`, which OpenSSL lets one thread at a time use: the session's
@@ -262,7 +264,11 @@ impl SignOp {
                 Encoder::Hashed(ctx, md, p)
             }
         };
-        Ok(SignOp { key, enc })
+        Ok(SignOp {
+            key,
+            enc,
+            updated: false,
+        })
     }
 
     /// Signature length.
@@ -277,14 +283,19 @@ impl SignOp {
 
     /// `C_SignUpdate`.
     pub fn update(&mut self, data: &[u8]) -> CkResult<()> {
+        self.updated = true;
         match &mut self.enc {
             Encoder::Hashed(ctx, ..) => ctx.digest_update(data).map_err(ossl),
             _ => Err(CKR_FUNCTION_NOT_SUPPORTED),
         }
     }
 
-    /// Checks a single-part input before any work (`CKR_DATA_LEN_RANGE`, …).
+    /// Checks a single-part call before any work: `C_Sign` cannot end a multi-part
+    /// operation (`CKR_OPERATION_ACTIVE`), and its input must fit (`CKR_DATA_LEN_RANGE`, …).
     pub fn check(&self, data: &[u8]) -> CkResult<()> {
+        if self.updated {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
         let k = self.key.k;
         match &self.enc {
             Encoder::Pkcs1 if data.len() + 11 > k => Err(CKR_DATA_LEN_RANGE),

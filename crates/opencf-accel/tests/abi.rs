@@ -133,6 +133,28 @@ fn size_query_checks_the_length(s: &Session, h: ObjectHandle, k: usize) {
     raw.session_cancel(sh, CKF_DECRYPT).unwrap();
 }
 
+/// `C_Sign` "cannot be used to terminate a multi-part operation": after `C_SignUpdate` it
+/// answers `CKR_OPERATION_ACTIVE`, and the error ends the operation.
+fn sign_after_update_is_refused(s: &Session, h: ObjectHandle, k: usize) {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let raw = opencf_abi::provider::Provider::load(&common::library()).unwrap();
+    let m = opencf_abi::Mechanism::new(CKM_SHA256_RSA_PKCS);
+    let (sh, kh) = (s.handle(), h.handle());
+    raw.sign_init(sh, &m, kh).unwrap();
+    raw.sign_update(sh, b"first part").unwrap();
+    let mut sig = vec![0u8; k];
+    assert_eq!(
+        raw.sign(sh, b"second part", &mut OutBuf::new(Some(&mut sig))),
+        Err(CKR_OPERATION_ACTIVE)
+    );
+    assert_eq!(
+        raw.sign_final(sh, &mut OutBuf::new(Some(&mut sig))),
+        Err(CKR_OPERATION_NOT_INITIALIZED),
+        "the error ended the operation"
+    );
+}
+
 /// PSS salt lengths at init: the largest that fits (`emLen - hLen - 2`) is accepted, one more
 /// is `CKR_MECHANISM_PARAM_INVALID`, and so is every length near `CK_ULONG`'s maximum, where
 /// `hLen + sLen + 2` would wrap (RFC 8017, 9.1.1). Checked at `C_SignInit`, before any data.
@@ -243,6 +265,7 @@ fn by_value_and_by_unwrap() {
         let h = s.create_object(&private_template(&key)).unwrap();
         both_paths(|| exercise(&s, &key, h, &msg));
         size_query_checks_the_length(&s, h, bits as usize / 8);
+        sign_after_update_is_refused(&s, h, bits as usize / 8);
         pss_salt_bounds(&s, h, bits as usize / 8);
     }
     // As the framework moves a sensitive key in: a one-off AES-256 key by value, then KWP.

@@ -43,9 +43,12 @@ impl SoftToken {
         } else {
             out.filled().unwrap_or(&[]).to_vec()
         };
-        if let Second::Digest = second {
-            // As after `C_DigestUpdate`: `C_Digest` may no longer follow.
-            st.digest_multi = true;
+        // As after `C_DigestUpdate`, `C_SignUpdate` or `C_VerifyUpdate`: the single-part
+        // call may no longer follow.
+        match second {
+            Second::Digest => st.digest_multi = true,
+            Second::Sign => st.sign_multi = true,
+            Second::Verify => st.verify_multi = true,
         }
         let r = match second {
             Second::Digest => st.digest.as_mut().map(|d| d.update(&plain)),

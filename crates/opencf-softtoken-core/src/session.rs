@@ -64,10 +64,17 @@ pub struct OpState {
     pub digest_multi: bool,
     /// Signature or MAC.
     pub sign: Option<SignState>,
+    /// The signature has had `C_SignUpdate`: `C_Sign` is no longer allowed.
+    pub sign_multi: bool,
     /// Verification.
     pub verify: Option<Box<dyn VerifyOp>>,
+    /// The verification has had `C_VerifyUpdate`: `C_Verify` is no longer allowed.
+    pub verify_multi: bool,
     /// `C_VerifySignature*` (3.2): the operation and the signature given at init.
     pub verify_signature: Option<(Box<dyn VerifyOp>, Vec<u8>)>,
+    /// The operation has had `C_VerifySignatureUpdate`: `C_VerifySignature` is no longer
+    /// allowed.
+    pub verify_signature_multi: bool,
     /// Sign with recovery.
     pub sign_recover: Option<RecoverOp>,
     /// Verify with recovery.

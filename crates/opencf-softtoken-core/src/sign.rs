@@ -49,18 +49,26 @@ impl SoftToken {
             let needs_auth = obj.attrs.is_true(CKA_ALWAYS_AUTHENTICATE);
             st.sign_context_auth = false;
             st.sign = Some(SignState { op, needs_auth });
+            st.sign_multi = false;
             Ok(())
         })
     }
 
+    /// `C_Sign` (`single`) or `C_SignFinal`: `f` ends the operation unless it only answers
+    /// a size.
     fn sign_step(
         &self,
         sess: &Session,
         out: &mut OutBuf,
+        single: bool,
         f: impl FnOnce(&mut SignState, &mut OutBuf) -> CkResult<()>,
     ) -> CkResult<()> {
         let mut st = sess.lock();
         let mut op = st.sign.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        // `C_Sign` cannot end a multi-part operation; refused, it ends it, as `C_Digest` does.
+        if single && st.sign_multi {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
         // A key with `CKA_ALWAYS_AUTHENTICATE` signs only after `C_Login(CKU_CONTEXT_SPECIFIC)`;
         // a size query reveals nothing and may come first. Like every other error, this one
         // ends the operation.
@@ -81,7 +89,7 @@ impl SoftToken {
 
     /// `C_Sign` on a session already found.
     pub fn sign_in(&self, sess: &Session, data: &[u8], out: &mut OutBuf) -> CkResult<()> {
-        self.sign_step(sess, out, |op, out| op.op.one_shot(data, out))
+        self.sign_step(sess, out, true, |op, out| op.op.one_shot(data, out))
     }
 
     /// `C_SignUpdate`.
@@ -93,12 +101,15 @@ impl SoftToken {
         if r.is_err() {
             st.sign = None;
         }
+        st.sign_multi = true;
         r
     }
 
     /// `C_SignFinal`.
     pub fn sign_final(&self, s: CK_SESSION_HANDLE, out: &mut OutBuf) -> CkResult<()> {
-        self.sign_step(&*self.session(s)?, out, |op, out| op.op.finalize(out))
+        self.sign_step(&*self.session(s)?, out, false, |op, out| {
+            op.op.finalize(out)
+        })
     }
 
     fn recover_init(
@@ -245,6 +256,7 @@ impl SoftToken {
         // Parsed after the session's checks (see `cipher_init`).
         let op = m.with_parsed(|m| self.new_verify(sess, &mut st, m, key))?;
         st.verify = Some(op);
+        st.verify_multi = false;
         Ok(())
     }
 
@@ -255,11 +267,12 @@ impl SoftToken {
 
     /// `C_Verify` on a session already found.
     pub fn verify_in(&self, sess: &Session, data: &[u8], sig: &[u8]) -> CkResult<()> {
-        let mut op = sess
-            .lock()
-            .verify
-            .take()
-            .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        let mut st = sess.lock();
+        let mut op = st.verify.take().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if st.verify_multi {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        drop(st);
         op.one_shot(data, sig)
     }
 
@@ -272,6 +285,7 @@ impl SoftToken {
         if r.is_err() {
             st.verify = None;
         }
+        st.verify_multi = true;
         r
     }
 
@@ -302,17 +316,22 @@ impl SoftToken {
         }
         let op = self.new_verify(&sess, &mut st, m, key)?;
         st.verify_signature = Some((op, sig.to_vec()));
+        st.verify_signature_multi = false;
         Ok(())
     }
 
     /// `C_VerifySignature`.
     pub fn verify_signature(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
         let sess = self.session(s)?;
-        let (mut op, sig) = sess
-            .lock()
+        let mut st = sess.lock();
+        let (mut op, sig) = st
             .verify_signature
             .take()
             .ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
+        if st.verify_signature_multi {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        drop(st);
         op.one_shot(data, &sig)
     }
 
@@ -328,6 +347,7 @@ impl SoftToken {
         if r.is_err() {
             st.verify_signature = None;
         }
+        st.verify_signature_multi = true;
         r
     }
 

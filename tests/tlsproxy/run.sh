@@ -2,7 +2,8 @@
 # opencf-tlsproxy end to end: keys imported into the softtoken behind libopencf.so (sensitive,
 # not extractable), curl and openssl over TLS 1.3 and 1.2 with RSA-2048, ECDSA P-256 and Ed25519,
 # PKCS#1 v1.5 signatures, resumption by session ID and ticket, fallback of a ClientHello the
-# proxy cannot serve, reload with SIGHUP keeping established connections, delete, robustness
+# proxy cannot serve, reload with SIGHUP keeping established connections, a reload of a
+# missing or endless instance file refused, delete, robustness
 # (malformed/random/mutated first flights, a stalled handshake, 10,000 idle connections, the
 # application down, reset or killed), the PROXY protocol header (v1, v2) and the idle timeout,
 # worker processes (`workers = 2`: tickets resumed on
@@ -51,7 +52,7 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 36
+pick_ports 37
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
@@ -60,6 +61,7 @@ P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE +
 P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
 P_AN=$((BASE + 26)); P_H2=$((BASE + 27)); P_MT=$((BASE + 28)); P_MO=$((BASE + 29)); P_MTB=$((BASE + 30))
 P_OC=$((BASE + 31)); P_GQ=$((BASE + 32)); P_GW=$((BASE + 33)); P_RA=$((BASE + 34)); P_RA2=$((BASE + 35))
+P_RF=$((BASE + 36))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -782,6 +784,40 @@ reload_address_ok() {
 }
 check "SIGHUP moving an instance from 127.0.0.1 to every address on its port: applied with a new instance; a reload failing after that move binds the old listener again" \
     reload_address_ok
+
+# --- reload: the instance file gone, or not a regular file ---------------------------------
+# A daemon of its own on P_RF. SIGHUP with the file moved away: the reload fails and the
+# instance keeps serving (a missing file is not an empty configuration). With the file a
+# symbolic link to /dev/zero, then a FIFO: refused at once (not a regular file), the instance
+# still served. The file back: reloaded. `tlsproxycfg delete` of the last instance writes a
+# file without instances, and its reload stops the instance. /dev/zero again and SIGHUP, then
+# SIGTERM: the daemon stops (it is not reading the endless file).
+rf_wait() { # PATTERN N: the daemon's log holds PATTERN N times (10 s at most)
+    for _ in $(seq 100); do [ "$(grep -c "$1" "$W/rfile.log")" -ge "$2" ] && return 0; sleep 0.1; done
+    sed 's/^/    /' "$W/rfile.log"; return 1
+}
+reload_unreadable_ok() {
+    local pid
+    { printf 'module = "%s"\n' "$MOD"; instance_toml "$P_RF" ec; } > "$W/rfile.toml"
+    start_daemon rfile "$P_RF" && pid=$(cat "$W/rfile.pid") || return 1
+    mv "$W/rfile.toml" "$W/rfile.toml.away" && kill -HUP "$pid" || return 1
+    rf_wait "reload failed, nothing changed: .*rfile.toml: No such file" 1 && curl_ok "$P_RF" "$W/ec.crt" || return 1
+    ln -s /dev/zero "$W/rfile.toml" && kill -HUP "$pid" || return 1
+    rf_wait "reload failed, nothing changed: .*not a regular file" 1 && curl_ok "$P_RF" "$W/ec.crt" || return 1
+    rm "$W/rfile.toml" && mkfifo "$W/rfile.toml" && kill -HUP "$pid" || return 1
+    rf_wait "reload failed, nothing changed: .*not a regular file" 2 && curl_ok "$P_RF" "$W/ec.crt" || return 1
+    rm "$W/rfile.toml" && mv "$W/rfile.toml.away" "$W/rfile.toml" && kill -HUP "$pid" || return 1
+    rf_wait "reloaded:" 1 && curl_ok "$P_RF" "$W/ec.crt" || return 1
+    "$REL/tlsproxycfg" --config "$W/rfile.toml" delete 127.0.0.1 "$P_RF" >/dev/null || return 1
+    rf_wait "reloaded: 0 started, 0 updated, 1 stopped" 1 && wait_port "$P_RF" down || return 1
+    [ -f "$W/rfile.toml" ] && ! grep -q '^\[\[instance' "$W/rfile.toml" || { echo "    delete left no file, or an instance in it"; return 1; }
+    grep "reload" "$W/rfile.log" | sed 's/^/    /'
+    rm "$W/rfile.toml" && ln -s /dev/zero "$W/rfile.toml" && kill -HUP "$pid" || return 1
+    sleep 0.5
+    sigterm_ok rfile
+}
+check "SIGHUP with the instance file missing, /dev/zero or a FIFO: the reload fails and the instance keeps serving; SIGTERM still stops the daemon; delete of the last instance stops it" \
+    reload_unreadable_ok
 
 # --- the accelerator provider behind the proxy ------------------------------------------------
 # A daemon of its own whose libopencf.so has libopencf_accel.so beside it (the built-in default

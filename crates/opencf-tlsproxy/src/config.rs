@@ -36,6 +36,7 @@
 //! key_uri = "pkcs11:token=OpenCF%20Metaslot;object=org;type=private"
 //! ```
 
+use crate::files::{read_bounded, MAX_CONFIG_FILE};
 use crate::Result;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr};
@@ -475,14 +476,32 @@ impl Config {
             .iter()
             .filter(move |i| only.is_none_or(|o| o == i.name()))
     }
-    /// Reads a file; a missing file is an empty configuration.
+    /// Reads a file; a missing file is an empty configuration (for `tlsproxycfg`, which
+    /// creates the file, and for a daemon's start, which then waits for `SIGHUP`). The file
+    /// must be a regular file of at most [`MAX_CONFIG_FILE`] bytes.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+        Self::read(path, true)
+    }
+
+    /// Reads a file that must exist: a running daemon's reload. A file that has gone (moved,
+    /// deleted, a mount missing) is an error, so that the reload changes nothing, rather than
+    /// an empty configuration that would stop every instance; `tlsproxycfg delete` of the
+    /// last instance writes a file without instances, which such a reload applies.
+    pub fn load_existing(path: &Path) -> Result<Config> {
+        Self::read(path, false)
+    }
+
+    fn read(path: &Path, missing_is_empty: bool) -> Result<Config> {
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let bytes = match read_bounded(path, MAX_CONFIG_FILE) {
+            Ok(b) => b,
+            Err(e) if missing_is_empty && e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Config::default())
+            }
+            Err(e) => return Err(at(&e)),
         };
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = String::from_utf8(bytes).map_err(|_| at(&"not UTF-8 text"))?;
+        Self::parse(&text).map_err(|e| at(&e))
     }
 
     pub fn parse(text: &str) -> Result<Config> {
@@ -759,6 +778,30 @@ mod tests {
         }
         let e = with_addresses(&[(Some("127.0.0.1"), 443), (Some("127.0.0.1"), 443)]);
         assert!(e.unwrap_err().contains("defined twice"));
+    }
+
+    #[test]
+    fn a_reload_needs_the_file_and_reads_it_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.toml");
+        // tlsproxycfg and a first start: no file, no instance.
+        assert_eq!(Config::load(&missing).unwrap(), Config::default());
+        // A reload: the file is needed.
+        let e = Config::load_existing(&missing).unwrap_err();
+        assert!(e.contains("none.toml") && e.contains("No such file"), "{e}");
+        let empty = dir.path().join("empty.toml");
+        std::fs::write(&empty, "").unwrap();
+        assert_eq!(Config::load_existing(&empty).unwrap(), Config::default());
+        let zero = dir.path().join("zero.toml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        for load in [Config::load, Config::load_existing] {
+            let e = load(&zero).unwrap_err();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, "#".repeat(MAX_CONFIG_FILE as usize + 1)).unwrap();
+        let e = Config::load(&big).unwrap_err();
+        assert!(e.contains("larger than 1048576 bytes"), "{e}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub struct KeyAndChain {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+    crate::files::read(path, crate::files::MAX_DATA_FILE)
 }
 
 fn ossl(path: &Path) -> impl Fn(openssl::error::ErrorStack) -> String + '_ {

@@ -2,6 +2,7 @@
 //! stay in a PKCS#11 token (reached through `libopencf.so`), in the spirit of Solaris KSSL.
 //!
 //! * [`config`]: the TOML instance file shared by the daemon and `tlsproxycfg`.
+//! * [`files`]: bounded reads of the files the proxy is configured with.
 //! * [`clienthello`]: a small parser of the first flight (versions, suites, SNI) used to decide
 //!   between serving the handshake and handing the raw bytes to the fallback port.
 //! * [`token`]: the PKCS#11 module, tokens with a pool of logged-in sessions, and the rustls
@@ -18,6 +19,7 @@
 
 pub mod clienthello;
 pub mod config;
+pub mod files;
 pub mod import;
 pub mod proxy;
 pub mod proxy_header;

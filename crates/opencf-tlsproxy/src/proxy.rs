@@ -719,7 +719,7 @@ pub async fn run(opts: Options<'_>, ready: impl FnOnce() -> Result<()>) -> Resul
     loop {
         tokio::select! {
             _ = sig.hup.recv() => {
-                let r = match Config::load(path) {
+                let r = match Config::load_existing(path) {
                     Ok(c) => proxy.apply(&c).await,
                     Err(e) => Err(e),
                 };

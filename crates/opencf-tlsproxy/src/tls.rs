@@ -4,6 +4,7 @@
 
 use crate::clienthello::Hello;
 use crate::config::{ClientAuth, Instance, UnknownSni};
+use crate::files::{self, MAX_DATA_FILE};
 use crate::tickets::{TicketSecret, Tickets};
 use crate::token::{pin_for, KeyKind, Module, TokenKey};
 use crate::uri::Pkcs11Uri;
@@ -111,7 +112,7 @@ pub fn resumption_key(inst: &Instance) -> Result<ResumptionKey> {
     let rules = match &inst.client_ca_file {
         None => None,
         Some(ca) => {
-            let read = |f: &Path| std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()));
+            let read = |f: &Path| files::read(f, MAX_DATA_FILE);
             let mut h = openssl::sha::Sha256::new();
             h.update(&[inst.client_auth.unwrap_or_default() as u8]);
             for part in [
@@ -257,8 +258,8 @@ pub fn select_suites(names: Option<&[String]>) -> Result<Vec<SupportedCipherSuit
 /// The objects of one kind in a PEM file (`what` names the kind in the error when there is
 /// none), in order; at least one.
 fn pem_objects<T: PemObject>(f: &Path, what: &str) -> Result<Vec<T>> {
-    let objects: Vec<T> = T::pem_file_iter(f)
-        .map_err(|e| format!("{}: {e}", f.display()))?
+    let pem = files::read(f, MAX_DATA_FILE)?;
+    let objects: Vec<T> = T::pem_slice_iter(&pem)
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| format!("{}: {e}", f.display()))?;
     if objects.is_empty() {
@@ -291,7 +292,7 @@ pub fn load_ocsp(f: &Path, certs: &[CertificateDer<'_>]) -> Result<Vec<u8>> {
     use openssl::ocsp::{OcspCertId, OcspCertStatus, OcspResponse, OcspResponseStatus};
     use openssl::x509::X509;
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", f.display());
-    let der = std::fs::read(f).map_err(|e| at(&e))?;
+    let der = files::read(f, MAX_DATA_FILE)?;
     let resp = OcspResponse::from_der(&der).map_err(|_| at(&"not a DER OCSP response"))?;
     if resp.status() != OcspResponseStatus::SUCCESSFUL {
         return Err(at(&format!(

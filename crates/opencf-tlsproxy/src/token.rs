@@ -102,7 +102,9 @@ pub fn default_module() -> PathBuf {
 
 /// Reads a PIN file: its first line.
 pub fn read_pin_file(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = crate::files::read(path, crate::files::MAX_CONFIG_FILE)?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
     Ok(text.lines().next().unwrap_or("").to_string())
 }
 

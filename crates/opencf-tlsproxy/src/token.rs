@@ -402,10 +402,26 @@ impl Token {
         match found.as_slice() {
             [h] => Ok(*h),
             [] => Err(format!(
-                "no {class} object matches {uri:?} in token {:?}",
+                "no {class} object matches {uri} in token {:?}",
                 self.label
             )),
-            _ => Err(format!("{} {class} objects match {uri:?}", found.len())),
+            _ => {
+                let ids = self.with_session(|s| {
+                    found
+                        .iter()
+                        .map(|h| s.get_attributes(*h, &[AttributeType::Id]))
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                });
+                let ids: Vec<Vec<u8>> = ids
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| match a.first() {
+                        Some(Attribute::Id(id)) => id.clone(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                Err(ambiguous(uri, class, found.len(), &ids, &self.label))
+            }
         }
     }
 
@@ -721,9 +737,66 @@ impl Signer for TokenSigner {
     }
 }
 
+/// The error of a URI that matches `n` objects of `class` (`ids`: their CKA_IDs, where they
+/// could be read), with how to name one of them.
+fn ambiguous(
+    uri: &Pkcs11Uri,
+    class: ObjectClass,
+    n: usize,
+    ids: &[Vec<u8>],
+    token: &str,
+) -> String {
+    let mut distinct: Vec<String> = ids
+        .iter()
+        .filter(|id| !id.is_empty())
+        .map(|id| crate::uri::encode_all(id))
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    let how = if uri.id.is_none() && distinct.len() == n {
+        format!(
+            "add the id of the one meant to the URI (id={})",
+            distinct.join(" or id=")
+        )
+    } else {
+        "give the one meant a label of its own (or delete the others) and name it by that label"
+            .to_string()
+    };
+    format!(
+        "{n} {class} objects match {uri} in token {token:?}; a key or certificate URI must name \
+         one object: {how}; `pktool list` shows each object's label and id"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ambiguous_uri_is_shown_as_written_with_the_way_out() {
+        let uri = Pkcs11Uri::parse(
+            "pkcs11:token=OpenCF%20Metaslot;object=web;type=private?pin-value=1234",
+        )
+        .unwrap();
+        let e = ambiguous(
+            &uri,
+            ObjectClass::PRIVATE_KEY,
+            2,
+            &[vec![1], vec![0xab, 2]],
+            "T",
+        );
+        assert_eq!(
+            e,
+            "2 CKO_PRIVATE_KEY objects match pkcs11:token=OpenCF%20Metaslot;object=web;\
+             type=private in token \"T\"; a key or certificate URI must name one object: add the \
+             id of the one meant to the URI (id=%01 or id=%AB%02); `pktool list` shows each \
+             object's label and id"
+        );
+        // The same id twice, or an id already given: only a label of its own helps.
+        let e = ambiguous(&uri, ObjectClass::PRIVATE_KEY, 2, &[vec![1], vec![1]], "T");
+        assert!(e.contains("give the one meant a label of its own"), "{e}");
+        assert!(!e.contains("1234") && !e.contains("Pkcs11Uri"), "{e}");
+    }
 
     #[test]
     fn der_of_raw_signatures() {

@@ -35,12 +35,18 @@ fn decode_str(s: &str) -> Result<String> {
 
 /// Percent-encodes everything but unreserved characters (RFC 3986).
 pub fn encode(s: &[u8]) -> String {
+    encode_except(s, b"")
+}
+
+/// Percent-encodes everything but unreserved characters and those of `keep`.
+fn encode_except(s: &[u8], keep: &[u8]) -> String {
     let mut out = String::with_capacity(s.len());
     for &c in s {
         match c {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
                 out.push(c as char)
             }
+            _ if keep.contains(&c) => out.push(c as char),
             _ => out.push_str(&format!("%{c:02X}")),
         }
     }
@@ -82,6 +88,24 @@ impl Pkcs11Uri {
         Ok(u)
     }
 
+    /// The path attributes as a URI names them (`token=…;object=…`), without the PIN.
+    fn path_attributes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(t) = &self.token {
+            out.push(format!("token={}", encode(t.as_bytes())));
+        }
+        if let Some(o) = &self.object {
+            out.push(format!("object={}", encode(o.as_bytes())));
+        }
+        if let Some(id) = &self.id {
+            out.push(format!("id={}", encode_all(id)));
+        }
+        if let Some(k) = &self.kind {
+            out.push(format!("type={}", encode(k.as_bytes())));
+        }
+        out
+    }
+
     /// The URI of an object by token label, object label and type.
     pub fn format(token: &str, object: &str, kind: &str) -> String {
         format!(
@@ -90,6 +114,24 @@ impl Pkcs11Uri {
             encode(object.as_bytes()),
             kind
         )
+    }
+}
+
+/// Percent-encodes every byte, as a URI writes an `id`.
+pub fn encode_all(s: &[u8]) -> String {
+    s.iter().map(|c| format!("%{c:02X}")).collect()
+}
+
+/// The URI in `pkcs11:` form, for messages: the attributes that name the object and the
+/// `pin-source`, never a `pin-value`.
+impl std::fmt::Display for Pkcs11Uri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pkcs11:{}", self.path_attributes().join(";"))?;
+        if let Some(p) = &self.pin_source {
+            // ':' and '/' may stand in a query value (RFC 7512's pk11-qchar).
+            write!(f, "?pin-source={}", encode_except(p.as_bytes(), b":/"))?;
+        }
+        Ok(())
     }
 }
 
@@ -114,5 +156,19 @@ mod tests {
         assert!(Pkcs11Uri::parse("pkcs11:token=x").is_err());
         assert!(Pkcs11Uri::parse("file:x").is_err());
         assert!(Pkcs11Uri::parse("pkcs11:object=%zz").is_err());
+    }
+
+    #[test]
+    fn display_is_the_uri_without_its_pin() {
+        let text = "pkcs11:token=OpenCF%20Metaslot;object=web%20key;id=%01%FF;type=private";
+        assert_eq!(Pkcs11Uri::parse(text).unwrap().to_string(), text);
+        let with_pin = Pkcs11Uri::parse(&format!("{text}?pin-value=secret")).unwrap();
+        assert_eq!(with_pin.to_string(), text);
+        let sourced = Pkcs11Uri::parse("pkcs11:object=k?pin-source=file:/etc/p%20in").unwrap();
+        assert_eq!(
+            sourced.to_string(),
+            "pkcs11:object=k?pin-source=file:/etc/p%20in"
+        );
+        assert_eq!(Pkcs11Uri::parse(&sourced.to_string()).unwrap(), sourced);
     }
 }

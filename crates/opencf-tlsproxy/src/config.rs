@@ -102,6 +102,42 @@ pub enum UnknownSni {
     Reject,
 }
 
+/// The most entries of `session_cache` (each holds a few hundred bytes of session state).
+pub const MAX_SESSION_CACHE: usize = 1_000_000;
+/// The longest `session_timeout` (a year).
+pub const MAX_SESSION_TIMEOUT: u64 = 365 * 86400;
+
+/// Checks an instance's `address`: an IP address (an IPv6 one also in brackets) or a host
+/// name (RFC 1123: dot-separated labels of letters, digits and hyphens, at most 253
+/// characters), which is resolved when the listener is bound.
+pub fn check_address(a: &str) -> Result<()> {
+    let bracketed = a.strip_prefix('[').and_then(|x| x.strip_suffix(']'));
+    let ok = match bracketed {
+        Some(inner) => inner.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => a.parse::<IpAddr>().is_ok() || is_host_name(a),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "address {a:?} is neither an IP address nor a host name (as 127.0.0.1, ::1 or \
+             localhost; leave it out for every IPv4 address)"
+        ))
+    }
+}
+
+fn is_host_name(a: &str) -> bool {
+    let a = a.strip_suffix('.').unwrap_or(a);
+    !a.is_empty()
+        && a.len() <= 253
+        && a.split('.').all(|l| {
+            (1..=63).contains(&l.len())
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
 /// The longest `handshake_timeout` (an hour).
 pub const MAX_HANDSHAKE_TIMEOUT: u64 = 3600;
 /// The longest `idle_timeout` (a year).
@@ -397,6 +433,31 @@ impl Instance {
 
     fn check(&self) -> Result<()> {
         let n = self.name();
+        if let Some(a) = &self.address {
+            check_address(a).map_err(|e| format!("instance {n}: {e}"))?;
+        }
+        let cache = u64::try_from(self.session_cache).unwrap_or(u64::MAX);
+        for (what, value, max, unit) in [
+            ("session_cache", cache, MAX_SESSION_CACHE as u64, "entries"),
+            (
+                "session_timeout",
+                self.session_timeout,
+                MAX_SESSION_TIMEOUT,
+                "seconds",
+            ),
+            (
+                "idle_timeout",
+                self.idle_timeout,
+                MAX_IDLE_TIMEOUT,
+                "seconds (0: never)",
+            ),
+        ] {
+            if value > max {
+                return Err(format!(
+                    "instance {n}: {what} = {value}: at most {max} {unit}"
+                ));
+            }
+        }
         for (what, port) in [
             ("port", Some(self.port)),
             ("proxy_port", Some(self.proxy_port)),
@@ -419,12 +480,6 @@ impl Instance {
             return Err(format!(
                 "instance {n}: handshake_timeout = {}: must be between 1 and {MAX_HANDSHAKE_TIMEOUT} seconds",
                 self.handshake_timeout
-            ));
-        }
-        if self.idle_timeout > MAX_IDLE_TIMEOUT {
-            return Err(format!(
-                "instance {n}: idle_timeout = {}: at most {MAX_IDLE_TIMEOUT} seconds (0: never)",
-                self.idle_timeout
             ));
         }
         if self.versions.is_empty() {
@@ -778,6 +833,59 @@ mod tests {
         }
         let e = with_addresses(&[(Some("127.0.0.1"), 443), (Some("127.0.0.1"), 443)]);
         assert!(e.unwrap_err().contains("defined twice"));
+    }
+
+    #[test]
+    fn addresses_and_session_limits_checked() {
+        let one = |extra: &str| {
+            Config::parse(&format!(
+                "[[instance]]\nport = 1\nproxy_port = 2\nkey_uri = \"x\"\ncert_file = \"/c\"\n{extra}"
+            ))
+        };
+        for good in [
+            "127.0.0.1",
+            "::1",
+            "[::1]",
+            "::ffff:127.0.0.1",
+            "localhost",
+            "www.example.org",
+            "www.example.org.",
+            "xn--bcher-kva.example",
+        ] {
+            assert!(one(&format!("address = {good:?}")).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "not an address!",
+            "127.0.0.1:443",
+            "[127.0.0.1]",
+            "-bad.example",
+            "a..b",
+            ".",
+            &"a".repeat(64),
+        ] {
+            let e = one(&format!("address = {bad:?}")).unwrap_err();
+            assert!(
+                e.contains("is neither an IP address nor a host name"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(one("session_cache = 1000000\nsession_timeout = 31536000").is_ok());
+        for (bad, why) in [
+            ("session_cache = 1000001", "at most 1000000 entries"),
+            (
+                "session_cache = 9223372036854775807",
+                "at most 1000000 entries",
+            ),
+            ("session_timeout = 31536001", "at most 31536000 seconds"),
+            (
+                "session_timeout = 9223372036854775807",
+                "at most 31536000 seconds",
+            ),
+        ] {
+            let e = one(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

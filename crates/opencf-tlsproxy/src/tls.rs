@@ -85,7 +85,7 @@ impl StoresServerSessions for SessionCache {
                 None => break,
             }
         }
-        if order.len() > 2 * self.max + 16 {
+        if order.len() > self.max.saturating_mul(2).saturating_add(16) {
             order.retain(|k| map.contains_key(k));
         }
         true
@@ -714,6 +714,12 @@ mod tests {
         z.put(vec![1], vec![1]);
         assert_eq!(z.get(&[1]), None);
         assert!(!SessionCache::new(0, Duration::from_secs(1)).can_cache());
+        // The largest bound does not overflow when the order queue is measured against it.
+        let huge = SessionCache::new(usize::MAX, Duration::MAX);
+        for i in 0..40u8 {
+            assert!(huge.put(vec![i], vec![i]));
+        }
+        assert_eq!(huge.get(&[0]), Some(vec![0]));
     }
 
     #[derive(Debug)]

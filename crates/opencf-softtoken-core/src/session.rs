@@ -406,7 +406,12 @@ impl SoftToken {
                 token.login_state.store(wanted, Ordering::Release);
                 token.update_pin_expired();
                 if user == CKU_USER {
-                    token.refresh(self, true)?;
+                    // A login whose objects cannot be read fails whole: the token is left
+                    // logged out, not logged in with no private objects to show.
+                    if let Err(rv) = token.refresh(self, true) {
+                        self.logout_token(&token);
+                        return Err(rv);
+                    }
                 }
                 Ok(())
             }

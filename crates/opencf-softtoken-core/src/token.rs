@@ -31,6 +31,8 @@ pub struct SyncState {
     pub data_version: i64,
     /// Keystore id → (version loaded, handle). Handles stay stable for the process's life.
     pub known: HashMap<i64, (u64, CK_OBJECT_HANDLE)>,
+    /// Keystore id → version of the objects found damaged and left out (each told once).
+    pub damaged: HashMap<i64, u64>,
 }
 
 /// A token in one slot.
@@ -160,15 +162,14 @@ impl Token {
                 (!*p || mk.is_some()) && sync.known.get(id).is_none_or(|k| k.0 != *v)
             })
             .count();
+        // A damaged object fails the whole bulk load: the objects are then loaded one by one,
+        // and only the damaged ones are left out.
         let bulk: Option<HashMap<i64, (u64, AttrMap)>> = if missing > 64 {
-            Some(
-                store
-                    .load_all(mk.as_ref())
-                    .map_err(store_err)?
-                    .into_iter()
-                    .map(|(id, v, _, a)| (id, (v, a)))
-                    .collect(),
-            )
+            match store.load_all(mk.as_ref()) {
+                Ok(all) => Some(all.into_iter().map(|(id, v, _, a)| (id, (v, a))).collect()),
+                Err(StoreError::Corrupt(_)) => None,
+                Err(e) => return Err(store_err(e)),
+            }
         } else {
             None
         };
@@ -185,14 +186,27 @@ impl Token {
             }
             let loaded = match &bulk {
                 Some(b) => b.get(&id).map(|(v, a)| (*v, a.clone())),
-                None => store
-                    .load_object(id, mk.as_ref())
-                    .map_err(store_err)?
-                    .map(|a| (version, a)),
+                None => match store.load_object(id, mk.as_ref()) {
+                    Ok(a) => a.map(|a| (version, a)),
+                    // One damaged object does not take the others with it: it is left out,
+                    // the rest are served.
+                    Err(StoreError::Corrupt(why)) => {
+                        self.left_out(&mut sync, id, version, &why);
+                        continue;
+                    }
+                    Err(e) => return Err(store_err(e)),
+                },
             };
             let Some((version, attrs)) = loaded else {
                 continue;
             };
+            // Every object the token makes has a class; one without a well-formed one was
+            // damaged outside it.
+            if !matches!(attrs.ulong(CKA_CLASS), Ok(Some(_))) {
+                let why = format!("object {id}: no well-formed CKA_CLASS");
+                self.left_out(&mut sync, id, version, &why);
+                continue;
+            }
             let handle = known.map(|k| k.1).unwrap_or_else(|| st.new_object_handle());
             st.objects.insert(
                 handle,
@@ -201,6 +215,7 @@ impl Token {
             sync.known.insert(id, (version, handle));
             changed = true;
         }
+        sync.damaged.retain(|id, _| seen.contains(id));
         let gone: Vec<i64> = sync
             .known
             .keys()
@@ -217,6 +232,18 @@ impl Token {
             st.bump_epoch();
         }
         Ok(())
+    }
+
+    /// A damaged object left out of the token's view: told on standard error once per
+    /// version, as a keystore that cannot be opened is (no PKCS#11 return value names one
+    /// object of many).
+    fn left_out(&self, sync: &mut SyncState, id: i64, version: u64, why: &str) {
+        if sync.damaged.insert(id, version) != Some(version) {
+            eprintln!(
+                "opencf-softtoken: keystore {}: {why}; the object is left out",
+                self.path.display()
+            );
+        }
     }
 
     /// Brings the objects in step when the keystore's change counter moved since this

@@ -9,6 +9,11 @@
 //! * `two_concurrent_writers`: two writers on one keystore, 200 objects each:
 //!   both succeed and a listing finds all 400.
 //!
+//! * `a_damaged_object_leaves_the_others`: one private object whose stored
+//!   value no longer authenticates, and one public object whose `CKA_CLASS`
+//!   is two bytes long, written into the keystore behind the token's back: a
+//!   fresh process still logs in and finds every other object intact.
+//!
 //! Environment: `DURABILITY_SEED` fixes the PRNG seed (printed otherwise),
 //! `DURABILITY_ROUNDS` the number of rounds (default 50). The module is
 //! `$OPENCF_MODULE` or the release softtoken (build it first).
@@ -261,5 +266,96 @@ fn two_concurrent_writers() {
         "two_concurrent_writers: 400 objects from two processes, all present, {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Damages the keystore in `dir` behind the token's back: one byte of one stored value of
+/// the first private object flipped (it no longer authenticates), and a public object added
+/// whose `CKA_CLASS` is two bytes long. Returns the first object's id.
+fn damage(dir: &Path) -> i64 {
+    let file = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "sqlite"))
+        .expect("a keystore file");
+    let db = rusqlite::Connection::open(file).unwrap();
+    let (id, ty, mut value): (i64, i64, Vec<u8>) = db
+        .query_row(
+            "SELECT a.object_id, a.type, a.value FROM attributes AS a
+             JOIN objects AS o ON o.id = a.object_id
+             WHERE o.private = 1 ORDER BY a.object_id, a.type LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let middle = value.len() / 2;
+    value[middle] ^= 0x40;
+    db.execute(
+        "UPDATE attributes SET value = ?1 WHERE object_id = ?2 AND type = ?3",
+        rusqlite::params![value, id, ty],
+    )
+    .unwrap();
+    db.execute("INSERT INTO objects (version, private) VALUES (1, 0)", [])
+        .unwrap();
+    let public = db.last_insert_rowid();
+    db.execute(
+        "INSERT INTO attributes (object_id, type, value) VALUES (?1, 0, x'0100'), (?1, 3, ?2)",
+        rusqlite::params![public, b"damaged-public".to_vec()],
+    )
+    .unwrap();
+    id
+}
+
+#[test]
+fn a_damaged_object_leaves_the_others() {
+    require_module();
+    let dir = keystore("damaged");
+    // More than 64 objects: a login loads them in one query, which the damage fails.
+    let (status, out, err) = start(writer(&dir, "write", "d", 100)).finish();
+    assert!(status.success(), "writer failed ({status}): {err}");
+    let acked: BTreeMap<String, String> = acks(&out).into_iter().collect();
+    assert_eq!(acked.len(), 100);
+    let id = damage(&dir);
+    let (status, out, err) = start(writer(&dir, "verify", "v", 0)).finish();
+    assert!(
+        status.success(),
+        "a damaged object must not stop the login ({status}): {err}"
+    );
+    let found: BTreeMap<String, Vec<String>> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("OBJ "))
+        .fold(BTreeMap::new(), |mut m, l| {
+            let (label, hash) = l.split_once(' ').unwrap();
+            m.entry(label.to_string())
+                .or_default()
+                .push(hash.to_string());
+            m
+        });
+    let intact: BTreeMap<String, String> = acked
+        .iter()
+        .filter(|(l, _)| found.contains_key(*l))
+        .map(|(l, h)| (l.clone(), h.clone()))
+        .collect();
+    assert_eq!(
+        intact.len(),
+        99,
+        "every object but the damaged private one is found: {:?}",
+        found.keys().collect::<Vec<_>>()
+    );
+    check_present(&found, &intact, "after the damage");
+    assert!(
+        !found.contains_key("damaged-public"),
+        "the object without a well-formed class is left out"
+    );
+    assert_eq!(
+        err.matches("the object is left out").count(),
+        2,
+        "each damaged object is told once: {err}"
+    );
+    assert!(
+        err.contains(&format!("object {id}:")),
+        "the message names the object: {err}"
+    );
+    println!("a_damaged_object_leaves_the_others: 99 of 100 objects found, two told: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -17,4 +17,11 @@ check "--serial" 0 'serial=0ABCDEF1' bash -c "$PKTOOL --module $MODULE_LIB --pin
 check "empty subject: usage error" 2 'subject is empty' PKTP gencert --label ec --subject "" --no-store -o empty.crt
 PKTP genkeypair --keytype x25519 --label xk >/dev/null
 check "X25519 cannot sign: usage error" 2 'RSA, EC and EdDSA' PKTP gencert --label xk --subject CN=x
+# The certificate takes the key's label: a second one for that key is refused unless allowed.
+check "a second stored certificate under a label in use: refused, exit 10" 10 \
+    "already has a certificate labelled 'ec'" PKTP gencert --label ec --subject CN=again
+ok "--no-store stores nothing, so it is not checked" PKTP gencert --label ec --subject CN=again --no-store -o again.crt
+ok "--cert-label gives it a label of its own" PKTP gencert --label ec --subject CN=again --cert-label ec-2
+ok "--allow-duplicate-label stores it" PKTP gencert --label ec --subject CN=again --allow-duplicate-label
+jcheck "two certificates labelled ec" "len(d['objects']) == 2" PKTP --json list --label ec --type cert
 finish

@@ -23,4 +23,10 @@ printf '0123456789abcdef' >plain
 ok "AES key encrypts through pkcs11-tool" P11 --login --pin "$PIN" --encrypt -m AES-ECB --id a1b2 -i plain -o ct
 ok "and decrypts back" P11 --login --pin "$PIN" --decrypt -m AES-ECB --id a1b2 -i ct -o back
 ok "round trip equal" cmp plain back
+check "a second secret key under a label in use: refused, exit 10" 10 \
+    "already has a secret key labelled 'a128'" PKTP genkey --keytype aes --size 128 --label a128
+ok "a public key under that label is another class: allowed" \
+    PKTP genkeypair --keytype ec --label a128
+jcheck "--allow-duplicate-label creates it" "len(d['created']) == 1" \
+    PKTP --json genkey --keytype aes --size 128 --label a128 --allow-duplicate-label
 finish

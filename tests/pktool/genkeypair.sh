@@ -31,4 +31,12 @@ ecid="$(PKTP --json list --label p256 --type private | python3 -c 'import json,s
 ok "EC key signs through pkcs11-tool" P11 --login --pin "$PIN" --sign -m ECDSA-SHA256 --signature-format openssl --id "$ecid" -i data -o data.sig
 ok "export its public key" PKTP export --label p256 --type public -o p256.pub
 ok "openssl verifies the signature" openssl dgst -sha256 -verify p256.pub -signature data.sig data
+# A label a key pair already has is refused (exit 10, nothing created) unless allowed.
+check "a second key pair under a label in use: refused, exit 10" 10 \
+    "already has a private key labelled 'p256' \(id [0-9a-f]+\).*--allow-duplicate-label" \
+    PKTP genkeypair --keytype ec --label p256
+jcheck "nothing was created" "len(d['objects']) == 2" PKTP --json list --label p256
+jcheck "--allow-duplicate-label creates it" "len(d['created']) == 2" \
+    PKTP --json genkeypair --keytype ec --label p256 --allow-duplicate-label
+jcheck "the label now names two key pairs" "len(d['objects']) == 4" PKTP --json list --label p256
 finish

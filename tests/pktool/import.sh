@@ -34,6 +34,22 @@ openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 2>/dev/null | opens
 jcheck "PEM public key alone" "len(d['created']) == 1 and d['created'][0]['class'] == 'public' and d['created'][0]['bits'] == 2048" PKTP --json import -i rsa.pub --label pubonly
 openssl x509 -in rsa.crt -outform DER -out rsa.der
 jcheck "DER certificate with --id" "d['created'][0]['class'] == 'cert' and d['created'][0]['id'] == 'beef'" PKTP --json import -i rsa.der --label c2 --id beef
+# A label already used by an object of the same class: refused, exit 10, nothing imported.
+check "import under a label a key already has: refused, exit 10" 10 \
+    "already has a private key labelled 'ec'" PKTP import -i rsa.key --label ec
+jcheck "nothing of it was imported" "sorted(o['class'] for o in d['objects']) == ['private', 'public']" \
+    PKTP --json list --label ec
+check "a certificate label in use (the PKCS#12 file's, labelled p12 before)" 10 \
+    "already has a certificate labelled 'p12'" PKTP import -i rsa.der --label p12
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out two1.pem 2>/dev/null
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out two2.pem 2>/dev/null
+cat two1.pem two2.pem >two.pem
+check "two keys of one file under one --label: refused" 10 "two new private keys would both be labelled 'two'" \
+    PKTP import -i two.pem --label two
+jcheck "--allow-duplicate-label imports them" "len(d['created']) == 4" \
+    PKTP --json import -i two.pem --label two --allow-duplicate-label
+jcheck "--allow-duplicate-label imports under a label in use" "len(d['created']) == 2" \
+    PKTP --json import -i rsa.key --label ec --allow-duplicate-label
 echo "not a key" >junk.txt
 check "unrecognised file: exit 4" 4 'not a certificate, key or PKCS#12' PKTP import -i junk.txt
 check "missing file: exit 4" 4 'cannot read missing.pem' PKTP import -i missing.pem

@@ -7,7 +7,7 @@ use crate::pin::SecretSource;
 use crate::token::{self, Token, TokenChoice};
 use crate::uri::Pkcs11Uri;
 use crate::util::{hex, read_file, unhex, write_file};
-use crate::{Cli, Cmd, NewKeyArgs, ObjArgs};
+use crate::{Cli, Cmd, LabelArgs, NewKeyArgs, ObjArgs};
 use cryptoki::object::{Attribute, AttributeType, ObjectClass, ObjectHandle};
 use cryptoki::session::{Session, UserType};
 use cryptoki::types::AuthPin;
@@ -78,6 +78,23 @@ fn selector(o: &ObjArgs) -> Result<Selector> {
     )
 }
 
+/// Refuses labels already taken (see [`objects::refuse_taken_labels`]) unless the user allows
+/// them.
+fn check_labels<'a>(
+    s: &Session,
+    allow: &LabelArgs,
+    new: impl IntoIterator<Item = (ObjectClass, Option<&'a str>)>,
+) -> Result<()> {
+    if allow.allow_duplicate_label {
+        return Ok(());
+    }
+    let new: Vec<(ObjectClass, String)> = new
+        .into_iter()
+        .filter_map(|(c, l)| Some((c, l?.to_string())))
+        .collect();
+    objects::refuse_taken_labels(s, &new)
+}
+
 fn key_opts(n: &NewKeyArgs) -> Result<KeyOpts> {
     Ok(KeyOpts {
         label: n.label.clone(),
@@ -111,6 +128,8 @@ pub fn run(cli: &Cli) -> Result<()> {
         }
         Cmd::Genkey { keytype, size, new } => {
             let (t, s) = env.login(None)?;
+            let label = new.label.as_deref();
+            check_labels(&s, &new.labels, [(ObjectClass::SECRET_KEY, label)])?;
             let h = keys::genkey(&s, keytype, *size, &key_opts(new)?)?;
             let v = objects::describe(&s, h, &t.label, false)?;
             env.out(&json!({"created": [v]}), || {
@@ -125,6 +144,9 @@ pub fn run(cli: &Cli) -> Result<()> {
             new,
         } => {
             let (t, s) = env.login(None)?;
+            let label = new.label.as_deref();
+            let pair = [ObjectClass::PRIVATE_KEY, ObjectClass::PUBLIC_KEY];
+            check_labels(&s, &new.labels, pair.map(|c| (c, label)))?;
             let (pubh, privh) =
                 keys::genkeypair(&s, keytype, *size, curve.as_deref(), &key_opts(new)?)?;
             let v: Vec<Value> = [privh, pubh]
@@ -187,11 +209,21 @@ pub fn run(cli: &Cli) -> Result<()> {
             ca,
             cert_label,
             no_store,
+            labels,
             output,
             format,
         } => {
             let (t, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
+            let a = objects::read(&s, key, &[AttributeType::Label, AttributeType::Id])?;
+            let id = objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default();
+            let label = cert_label.clone().or_else(|| {
+                objects::bytes_attr(&a, AttributeType::Label)
+                    .map(|l| String::from_utf8_lossy(&l).to_string())
+            });
+            if !no_store {
+                check_labels(&s, labels, [(ObjectClass::CERTIFICATE, label.as_deref())])?;
+            }
             let cert = crate::x509::gencert(
                 &s,
                 key,
@@ -205,12 +237,6 @@ pub fn run(cli: &Cli) -> Result<()> {
             )?;
             let mut stored = Value::Null;
             if !no_store {
-                let a = objects::read(&s, key, &[AttributeType::Label, AttributeType::Id])?;
-                let id = objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default();
-                let label = cert_label.clone().or_else(|| {
-                    objects::bytes_attr(&a, AttributeType::Label)
-                        .map(|l| String::from_utf8_lossy(&l).to_string())
-                });
                 let h = crate::x509::store_cert(&s, &cert, label.as_deref(), &id)?;
                 stored = objects::describe(&s, h, &t.label, false)?;
             }
@@ -612,6 +638,13 @@ fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Res
     let pieces = crate::import::read_pieces(&data, &name, pass)?;
     let templates = crate::import::plan(pieces, &o, &name)?;
     let (t, s) = env.login(None)?;
+    let labels = templates.iter().filter_map(|t| objects::class_and_label(t));
+    let labels: Vec<(ObjectClass, String)> = labels.collect();
+    check_labels(
+        &s,
+        &new.labels,
+        labels.iter().map(|(c, l)| (*c, Some(l.as_str()))),
+    )?;
     let created = crate::import::create_all(&s, &templates)?;
     let shown: Vec<Value> = created
         .iter()

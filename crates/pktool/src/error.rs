@@ -18,6 +18,8 @@ pub const EXIT_PIN_LOCKED: i32 = 8;
 pub const EXIT_PASSWORD: i32 = 9;
 /// Exit code of a usage error found after argument parsing (clap's own is also 2).
 pub const EXIT_USAGE: i32 = 2;
+/// Exit code when a new object would take a label an object of its class already has.
+pub const EXIT_LABEL_TAKEN: i32 = 10;
 
 #[derive(Debug)]
 pub enum Error {
@@ -31,6 +33,8 @@ pub enum Error {
     NotFound(String),
     /// More than one object matches.
     Ambiguous(String),
+    /// A new object's label is taken by an object of the same class.
+    LabelTaken(String),
     /// Options that do not fit together.
     Usage(String),
     /// The password of an encrypted file is wrong.
@@ -52,6 +56,7 @@ impl Error {
             Error::Password(_) => EXIT_PASSWORD,
             Error::NotFound(_) => EXIT_OBJECT,
             Error::Ambiguous(_) => EXIT_AMBIGUOUS,
+            Error::LabelTaken(_) => EXIT_LABEL_TAKEN,
             Error::Usage(_) => EXIT_USAGE,
         }
     }
@@ -123,6 +128,7 @@ impl fmt::Display for Error {
             | Error::File(m)
             | Error::NotFound(m)
             | Error::Ambiguous(m)
+            | Error::LabelTaken(m)
             | Error::Usage(m)
             | Error::Password(m)
             | Error::Reported(m) => f.write_str(m),

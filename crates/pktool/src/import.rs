@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::keys::{self, KeyOpts};
 use crate::pin::SecretSource;
 use crate::util::der_next;
-use cryptoki::object::{Attribute, ObjectClass, ObjectHandle};
+use cryptoki::object::{Attribute, ObjectHandle};
 use cryptoki::session::Session;
 use openssl::pkcs12::Pkcs12;
 use openssl::pkey::{PKey, Private, Public};
@@ -310,15 +310,12 @@ pub fn plan(pieces: Vec<Piece>, o: &KeyOpts, name: &str) -> Result<Vec<Vec<Attri
 }
 
 fn class_words(t: &[Attribute]) -> &'static str {
-    match t.iter().find_map(|a| match a {
-        Attribute::Class(c) => Some(*c),
-        _ => None,
-    }) {
-        Some(ObjectClass::PRIVATE_KEY) => "private key",
-        Some(ObjectClass::PUBLIC_KEY) => "public key",
-        Some(ObjectClass::CERTIFICATE) => "certificate",
-        _ => "object",
-    }
+    t.iter()
+        .find_map(|a| match a {
+            Attribute::Class(c) => Some(crate::objects::class_noun(*c)),
+            _ => None,
+        })
+        .unwrap_or("object")
 }
 
 /// Creates every object, or none: when one fails, those already created are destroyed.

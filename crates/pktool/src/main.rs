@@ -1,7 +1,8 @@
 //! pktool: key and certificate management for PKCS#11 tokens.
 //!
 //! Exit codes: 0 ok, 2 usage, 3 token/PKCS#11 error, 4 file/IO error, 5 object not found,
-//! 6 ambiguous name, 7 wrong PIN, 8 locked PIN, 9 wrong file password (docs/PKTOOL.md).
+//! 6 ambiguous name, 7 wrong PIN, 8 locked PIN, 9 wrong file password, 10 label taken
+//! (docs/PKTOOL.md).
 #![forbid(unsafe_code)]
 
 mod cmd;
@@ -26,7 +27,7 @@ use std::path::PathBuf;
     about = "Manage keys and certificates in PKCS#11 tokens (OpenCF by default)",
     after_help = "Exit codes: 0 ok, 2 usage error, 3 token/PKCS#11 error, 4 file/IO error, \
                   5 object not found, 6 ambiguous name, 7 wrong PIN, 8 locked PIN, \
-                  9 wrong file password."
+                  9 wrong file password, 10 label already used by an object of that class."
 )]
 pub struct Cli {
     /// PKCS#11 module (default: libopencf.so beside pktool, else in ../lib, else in $OPENCF_LIB_DIR)
@@ -103,6 +104,17 @@ pub struct NewKeyArgs {
     /// CKA_EXTRACTABLE of the private or secret key [default: false]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub extractable: Option<bool>,
+    #[command(flatten)]
+    pub labels: LabelArgs,
+}
+
+/// Whether a new object may take a label already used.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LabelArgs {
+    /// Store the new object(s) even when an object of the same class already has the label
+    /// (the label then names several objects)
+    #[arg(long)]
+    pub allow_duplicate_label: bool,
 }
 
 /// A password for a PKCS#12 or encrypted PKCS#8 file.
@@ -259,6 +271,8 @@ pub enum Cmd {
         /// Do not store the certificate in the token
         #[arg(long)]
         no_store: bool,
+        #[command(flatten)]
+        labels: LabelArgs,
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
         #[arg(long, default_value = "pem")]

@@ -62,6 +62,18 @@ pub fn class_name(c: ObjectClass) -> &'static str {
     }
 }
 
+/// The class in words, for messages: "private key", "certificate", ...
+pub fn class_noun(c: ObjectClass) -> &'static str {
+    match c {
+        ObjectClass::PRIVATE_KEY => "private key",
+        ObjectClass::PUBLIC_KEY => "public key",
+        ObjectClass::CERTIFICATE => "certificate",
+        ObjectClass::SECRET_KEY => "secret key",
+        ObjectClass::DATA => "data object",
+        _ => "object",
+    }
+}
+
 impl Selector {
     /// From the --uri, --label, --id and --type options; the URI wins where both name a field.
     pub fn new(
@@ -125,6 +137,52 @@ impl Selector {
             parts.join(" ")
         }
     }
+}
+
+/// The class and label a template gives its object, where it gives both.
+pub fn class_and_label(t: &[Attribute]) -> Option<(ObjectClass, String)> {
+    let class = t.iter().find_map(|a| match a {
+        Attribute::Class(c) => Some(*c),
+        _ => None,
+    })?;
+    let label = t.iter().find_map(|a| match a {
+        Attribute::Label(l) => Some(String::from_utf8_lossy(l).into_owned()),
+        _ => None,
+    })?;
+    Some((class, label))
+}
+
+/// Refuses new objects whose label an object of the same class on the token already has, or
+/// that two of them would share: a label is how URIs, `tlsproxycfg` and these commands name
+/// a key or certificate, and one that names two objects of a class breaks them all.
+pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, String)]) -> Result<()> {
+    const WAYS: &str = "choose another --label, delete the old object first, or add \
+                        --allow-duplicate-label";
+    for (i, (class, label)) in new.iter().enumerate() {
+        let what = class_noun(*class);
+        if new[..i].contains(&(*class, label.clone())) {
+            return Err(Error::LabelTaken(format!(
+                "two new {what}s would both be labelled '{label}': {WAYS}"
+            )));
+        }
+        let sel = Selector {
+            label: Some(label.clone()),
+            id: None,
+            class: Some(*class),
+        };
+        if let Some(h) = find(s, &sel)?.first() {
+            let a = read(s, *h, &[AttributeType::Id])?;
+            let id = match bytes_attr(&a, AttributeType::Id) {
+                Some(id) if !id.is_empty() => format!(" (id {})", hex(&id)),
+                _ => String::new(),
+            };
+            return Err(Error::LabelTaken(format!(
+                "the token already has a {what} labelled '{label}'{id}; \
+                 a second one would make the label name both: {WAYS}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub fn find(s: &Session, sel: &Selector) -> Result<Vec<ObjectHandle>> {

@@ -15,6 +15,9 @@
 //! * `slow:MS`: every single-part call sleeps MS milliseconds, then goes through (a token
 //!   behind a network, or a busy hardware module, as the caller sees it); a call that only
 //!   asks for the output's length does not wait;
+//! * `attr-error:LABEL`: `C_GetAttributeValue` on an object labelled LABEL answers
+//!   `CKR_DEVICE_ERROR` (an object damaged in its store, as a caller sees it); every other call
+//!   goes through;
 //! * anything else, or nothing: every call goes through to the software token.
 //!
 //! The (initialized) token reports the label "OpenCF Faulty" so that it is never taken for the softtoken
@@ -50,7 +53,8 @@ enum Mode {
     Slow(u64),
 }
 
-fn mode() -> Mode {
+/// The mode's word: `$OPENCF_FAULTY_MODE`, else the switch file's first line.
+fn mode_word() -> String {
     let word = match std::env::var("OPENCF_FAULTY_MODE") {
         Ok(m) if !m.trim().is_empty() => m,
         _ => match std::env::var_os("OPENCF_FAULTY_SWITCH") {
@@ -58,7 +62,17 @@ fn mode() -> Mode {
             None => String::new(),
         },
     };
-    let word = word.lines().next().unwrap_or("").trim();
+    word.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// In `attr-error:LABEL` mode, the label whose objects cannot be read.
+fn damaged_label() -> Option<String> {
+    mode_word().strip_prefix("attr-error:").map(str::to_string)
+}
+
+fn mode() -> Mode {
+    let word = mode_word();
+    let word = word.as_str();
     match word {
         "device-error" => Mode::DeviceError,
         "busy" => Mode::Busy,
@@ -274,6 +288,12 @@ impl Backend for Faulty {
         obj: CK_OBJECT_HANDLE,
         types: &[CK_ATTRIBUTE_TYPE],
     ) -> CkResult<Vec<AttrValue>> {
+        if let Some(label) = damaged_label() {
+            let l = self.inner.get_attribute_value(s, obj, &[CKA_LABEL])?;
+            if matches!(l.first(), Some(AttrValue::Value(v)) if *v == label.as_bytes()) {
+                return Err(CKR_DEVICE_ERROR);
+            }
+        }
         self.inner.get_attribute_value(s, obj, types)
     }
     fn set_attribute_value(

@@ -22,4 +22,20 @@ jcheck "sensitive values are not shown" "'value' not in d['objects'][0]" PKTP --
 check "bad --objtype names every choice" 2 'keys, private, public, cert, secret-key, data, all' PKTP list --objtype bogus
 PKTP genkey --label plain --sensitive false --extractable >/dev/null
 check "--values shows a non-sensitive key's value" 0 'value=[0-9a-f]{64}' PKTP list --values --label plain
+# An object whose attributes cannot be read (the test-only faulty module wrapping the same
+# software token answers CKR_DEVICE_ERROR for the objects labelled "aes", as for an object
+# damaged in a token's store): the four others are listed, the unreadable one is named by its
+# handle on stderr, and list exits 3.
+FAULTY="$LIB_DIR/libopencf_faulty.so"
+if [ -e "$FAULTY" ]; then
+    PKTF() { OPENCF_FAULTY_INNER="$LIB_DIR/libopencf_softtoken.so" OPENCF_FAULTY_MODE=attr-error:aes \
+        "$PKTOOL" --module "$FAULTY" --pin-file "$WORK/pin" "$@"; }
+    check "an unreadable object: the others still listed, exit 3" 3 "token 'OpenCF Faulty': 4 object\(s\)" PKTF list
+    check "the unreadable object named by its handle" 3 \
+        "object handle [0-9]+: reading attributes: C_GetAttributeValue returned CKR_DEVICE_ERROR" PKTF list
+    check "and the count of those unread" 3 "1 of 5 objects could not be read" PKTF list
+    check "--json: the good objects and the unreadable one" 3 '"handle": [0-9]+' PKTF --json list
+else
+    fail "an unreadable object: $FAULTY not built (cargo build --release -p opencf-faulty)"
+fi
 finish

@@ -558,11 +558,21 @@ fn list(env: &Env, objtype: &str, obj: &ObjArgs, values: bool) -> Result<()> {
             handles.extend(objects::find(&s, &sel)?);
         }
     }
-    let items: Vec<Value> = handles
-        .iter()
-        .map(|h| objects::describe(&s, *h, &t.label, values))
-        .collect::<Result<_>>()?;
-    env.out(&json!({"token": t.label, "objects": items}), || {
+    // An object that cannot be described (damaged in the keystore) is reported by its handle
+    // and the others are still listed; the command then fails.
+    let mut items = Vec::new();
+    let mut unreadable = Vec::new();
+    for h in &handles {
+        match objects::describe(&s, *h, &t.label, values) {
+            Ok(v) => items.push(v),
+            Err(e) => {
+                eprintln!("pktool: object handle {h}: {e}");
+                unreadable.push(json!({"handle": h.handle(), "error": e.to_string()}));
+            }
+        }
+    }
+    let v = json!({"token": t.label, "objects": items, "unreadable": unreadable});
+    env.out(&v, || {
         let mut out = format!("token '{}': {} object(s)", t.label, items.len());
         for i in &items {
             out += "\n";
@@ -570,6 +580,13 @@ fn list(env: &Env, objtype: &str, obj: &ObjArgs, values: bool) -> Result<()> {
         }
         out
     });
+    if !unreadable.is_empty() {
+        return Err(Error::Reported(format!(
+            "{} of {} objects could not be read (each named above by its handle)",
+            unreadable.len(),
+            handles.len()
+        )));
+    }
     Ok(())
 }
 

@@ -283,7 +283,9 @@ pub fn class_of(s: &Session, h: ObjectHandle) -> Result<ObjectClass> {
             Attribute::Class(c) => Some(c),
             _ => None,
         })
-        .ok_or_else(|| Error::TokenState("an object without CKA_CLASS".into()))
+        .ok_or_else(|| {
+            Error::TokenState("its CKA_CLASS cannot be read (missing or malformed)".into())
+        })
 }
 
 /// CKA_KEY_TYPE as a number, also for types cryptoki cannot name (ChaCha20).

@@ -299,6 +299,18 @@ impl Sess {
 #[macro_export]
 #[doc(hidden)]
 macro_rules! dispatch {
+    // `@prov`: the provider's index in `providers` instead of its configuration.
+    ($self:ident, $s:expr, |$p:ident, $h:ident, @$i:ident| $pass:expr, |$m:ident| $meta:expr) => {
+        $self.sessions.with($s, |__sess| match __sess {
+            $crate::Sess::Pass { prov, h, .. } => {
+                let $p = $self.p(*prov);
+                let $i = *prov;
+                let $h = *h;
+                $pass
+            }
+            $crate::Sess::Meta { s: $m, .. } => $meta,
+        })
+    };
     ($self:ident, $s:expr, |$p:ident, $h:ident, $c:ident| $pass:expr, |$m:ident| $meta:expr) => {
         $self.sessions.with($s, |__sess| match __sess {
             $crate::Sess::Pass { prov, h, .. } => {

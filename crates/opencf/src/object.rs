@@ -4,6 +4,11 @@
 //! On the metaslot every object call goes to the keystore token through the session's
 //! keystore session; a metaslot object handle is the keystore's handle. Changing or destroying
 //! a key drops its clones in other providers.
+//!
+//! In a provider's own slot (a pass-through session) the clones slot 0 keeps there are not
+//! the application's objects: searches do not return them, and the object calls answer
+//! `CKR_OBJECT_HANDLE_INVALID` for them, so that nothing done there can change or destroy what
+//! slot 0 relies on.
 
 use crate::{dispatch, OpenCf};
 use opencf_abi::sync::SessionLock;
@@ -11,6 +16,16 @@ use opencf_abi::sys::*;
 use opencf_abi::*;
 
 impl OpenCf {
+    /// `CKR_OBJECT_HANDLE_INVALID` for a clone slot 0 keeps in provider `prov`, asked for in
+    /// a pass-through session.
+    fn not_a_clone(&self, prov: usize, o: CK_OBJECT_HANDLE) -> CkResult<()> {
+        if self.clones.holds(prov, o) {
+            Err(CKR_OBJECT_HANDLE_INVALID)
+        } else {
+            Ok(())
+        }
+    }
+
     /// The keystore provider and the metaslot session's keystore session.
     pub fn ks_of(
         &self,
@@ -79,7 +94,10 @@ impl OpenCf {
         o: CK_OBJECT_HANDLE,
         t: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
-        dispatch!(self, s, |p, h| p.copy_object(h, o, t), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            self.not_a_clone(prov, o)?;
+            p.copy_object(h, o, t)
+        }, |m| {
             let (p, h) = self.ks_of(m)?;
             p.copy_object(h, o, t)
         })
@@ -87,7 +105,10 @@ impl OpenCf {
 
     /// `C_DestroyObject`.
     pub fn destroy_object(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE) -> CkResult<()> {
-        dispatch!(self, s, |p, h| p.destroy_object(h, o), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            self.not_a_clone(prov, o)?;
+            p.destroy_object(h, o)
+        }, |m| {
             let (p, h) = self.ks_of(m)?;
             p.destroy_object(h, o)?;
             self.drop_clones(o);
@@ -97,7 +118,10 @@ impl OpenCf {
 
     /// `C_GetObjectSize`.
     pub fn get_object_size(&self, s: CK_SESSION_HANDLE, o: CK_OBJECT_HANDLE) -> CkResult<CK_ULONG> {
-        dispatch!(self, s, |p, h| p.get_object_size(h, o), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            self.not_a_clone(prov, o)?;
+            p.get_object_size(h, o)
+        }, |m| {
             let (p, h) = self.ks_of(m)?;
             p.get_object_size(h, o)
         })
@@ -110,7 +134,10 @@ impl OpenCf {
         o: CK_OBJECT_HANDLE,
         types: &[CK_ATTRIBUTE_TYPE],
     ) -> CkResult<Vec<AttrValue>> {
-        dispatch!(self, s, |p, h| p.get_attribute_value(h, o, types), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            self.not_a_clone(prov, o)?;
+            p.get_attribute_value(h, o, types)
+        }, |m| {
             let (p, h) = self.ks_of(m)?;
             p.get_attribute_value(h, o, types)
         })
@@ -123,7 +150,10 @@ impl OpenCf {
         o: CK_OBJECT_HANDLE,
         t: &[Attribute],
     ) -> CkResult<()> {
-        dispatch!(self, s, |p, h| p.set_attribute_value(h, o, t), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            self.not_a_clone(prov, o)?;
+            p.set_attribute_value(h, o, t)
+        }, |m| {
             let (p, h) = self.ks_of(m)?;
             p.set_attribute_value(h, o, t)?;
             self.drop_clones(o);
@@ -147,7 +177,22 @@ impl OpenCf {
         s: CK_SESSION_HANDLE,
         max: usize,
     ) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
-        dispatch!(self, s, |p, h| p.find_objects(h, max), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            if self.clones.is_empty() {
+                return p.find_objects(h, max);
+            }
+            // Up to `max` handles that are not clones: an answer shorter than asked would
+            // not say that the search is over.
+            let mut found = Vec::new();
+            while found.len() < max {
+                let more = p.find_objects(h, max - found.len())?;
+                if more.is_empty() {
+                    break;
+                }
+                found.extend(more.into_iter().filter(|&o| !self.clones.holds(prov, o)));
+            }
+            Ok(found)
+        }, |m| {
             let (p, h) = self.ks_of(m)?;
             p.find_objects(h, max)
         })

@@ -88,6 +88,24 @@ impl CloneCache {
             _ => None,
         }
     }
+    /// Forgets the clone of `key` in `prov` if it is `h`, which the provider no longer has;
+    /// whether it did.
+    fn forget_lost(&self, key: CK_OBJECT_HANDLE, prov: usize, h: CK_OBJECT_HANDLE) -> bool {
+        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if m.get(&(key, prov)).is_some_and(|c| c.h == h) {
+            m.remove(&(key, prov));
+            return true;
+        }
+        false
+    }
+    /// Whether `h` is a clone slot 0 keeps in `prov`.
+    pub fn holds(&self, prov: usize, h: CK_OBJECT_HANDLE) -> bool {
+        self.map
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(&(_, p), c)| p == prov && c.h == h)
+    }
     /// No clone is cached.
     pub fn is_empty(&self) -> bool {
         self.map
@@ -399,6 +417,22 @@ impl OpenCf {
         Ok(made)
     }
 
+    /// Whether `r`, the answer of provider `prov` to a call with `h` as metaslot key `key`'s
+    /// handle there, says that the provider lost a clone slot 0 had cached (destroyed behind
+    /// slot 0's back, e.g. through the provider's own slot). The clone is then forgotten, and
+    /// the caller makes it again once ([`OpenCf::key_in`]).
+    pub fn clone_lost<T>(
+        &self,
+        r: &CkResult<T>,
+        key: CK_OBJECT_HANDLE,
+        prov: usize,
+        h: CK_OBJECT_HANDLE,
+    ) -> bool {
+        matches!(r, Err(CKR_KEY_HANDLE_INVALID | CKR_OBJECT_HANDLE_INVALID))
+            && self.meta().is_ok_and(|m| m.keystore != prov)
+            && self.clones.forget_lost(key, prov, h)
+    }
+
     /// `CKR_KEY_HANDLE_INVALID` unless metaslot key `key` is an object within the reach of
     /// session `ms` in the keystore (one attribute read).
     fn check_key(&self, ms: &MetaSession, key: CK_OBJECT_HANDLE) -> CkResult<()> {
@@ -708,7 +742,21 @@ impl OpenCf {
                 ks: prov == self.meta()?.keystore,
                 counters: None,
             };
-            match self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pkey, extra) {
+            let mut r = self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pkey, extra);
+            if key.is_some_and(|k| self.clone_lost(&r, k, prov, pkey)) {
+                match key.map(|k| self.key_in(ms, prov, k)).unwrap_or(Ok(None)) {
+                    Ok(Some(pk)) => {
+                        r = self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pk, extra)
+                    }
+                    Ok(None) => continue,
+                    Err(e) if recoverable(e) => {
+                        last = e;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            match r {
                 Ok(()) => {
                     let counters = self.providers[prov].stats.map(|s| ms.counters(prov, mt, s));
                     return Ok(Bound { counters, ..b });

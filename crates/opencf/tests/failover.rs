@@ -271,13 +271,20 @@ fn hammer(p: &Pkcs11, k: &Keys) {
     });
 }
 
-/// Secret keys visible in the faulty provider's own slot (pass-through): the clones the
-/// metaslot made there.
-fn secret_keys_in_faulty(p: &Pkcs11) -> usize {
-    let s = p
-        .open_ro_session(slot_labelled(p, "OpenCF Faulty"))
-        .unwrap();
-    s.find_objects(&[Attribute::Class(ObjectClass::SECRET_KEY)])
+/// A session of the faulty module itself, behind the framework: the module the framework
+/// loaded (the same file, so the same instance, already initialized), where the clones slot 0
+/// made are visible as the session objects they are. The framework's own slot for the
+/// provider does not show them.
+fn faulty_module_session() -> Session {
+    let m = Pkcs11::new(release("libopencf_faulty.so")).unwrap();
+    let slot = *m.get_slots_with_token().unwrap().first().unwrap();
+    m.open_rw_session(slot).unwrap()
+}
+
+/// Secret keys in the faulty provider: the clones the metaslot made there.
+fn secret_keys_in_faulty(_p: &Pkcs11) -> usize {
+    faulty_module_session()
+        .find_objects(&[Attribute::Class(ObjectClass::SECRET_KEY)])
         .unwrap()
         .len()
 }
@@ -337,7 +344,7 @@ fn failover_of_single_part_calls() {
 }
 
 /// With no fault the faulty provider, first in the list, runs the operations: the keys it was
-/// given (clones of the keystore's keys) appear in its own slot, and the results are correct.
+/// given (clones of the keystore's keys) are in it, and the results are correct.
 #[test]
 fn no_fault_runs_in_first_provider() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -358,9 +365,7 @@ fn no_fault_runs_in_first_provider() {
         2,
         "clones of the AES and HMAC keys"
     );
-    let fs = p
-        .open_ro_session(slot_labelled(&p, "OpenCF Faulty"))
-        .unwrap();
+    let fs = faulty_module_session();
     let clones = fs
         .find_objects(&[Attribute::Class(ObjectClass::SECRET_KEY)])
         .unwrap();
@@ -469,11 +474,9 @@ fn sign_with_unextractable_rsa(p: &Pkcs11) -> (Vec<u8>, Session) {
     (modulus, s)
 }
 
-/// The RSA private keys in the faulty provider's own slot, with their protection flags.
-fn rsa_clones_in_faulty(p: &Pkcs11, modulus: &[u8]) -> Vec<(bool, bool)> {
-    let fs = p
-        .open_ro_session(slot_labelled(p, "OpenCF Faulty"))
-        .unwrap();
+/// The RSA private keys in the faulty provider, with their protection flags.
+fn rsa_clones_in_faulty(_p: &Pkcs11, modulus: &[u8]) -> Vec<(bool, bool)> {
+    let fs = faulty_module_session();
     let found = fs
         .find_objects(&[Attribute::Class(ObjectClass::PRIVATE_KEY)])
         .unwrap();
@@ -748,6 +751,74 @@ fn a_clone_serves_only_while_its_key_is_reachable() {
     let k = aes_in(&b, true);
     assert_ne!(b.encrypt(&Mechanism::AesEcb, k, &block).unwrap(), first);
     drop(b);
+    p.finalize().unwrap();
+}
+
+/// The clones slot 0 keeps in a provider are not the application's objects in that
+/// provider's own slot: its searches do not return them, and reading, changing, copying or
+/// destroying one by its handle there is `CKR_OBJECT_HANDLE_INVALID`. A clone lost all the
+/// same (destroyed in the module behind the framework) is made again at the key's next use.
+#[test]
+fn clones_are_slot_0s_own() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("own", "none", true, "");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let k = aes_128(&s, true, true);
+    let block = [5u8; 16];
+    let first = s.encrypt(&Mechanism::AesEcb, k, &block).unwrap();
+    let module = faulty_module_session();
+    let clones = module
+        .find_objects(&[Attribute::Class(ObjectClass::SECRET_KEY)])
+        .unwrap();
+    assert_eq!(
+        clones.len(),
+        1,
+        "the key was cloned into the faulty provider"
+    );
+    let clone = clones[0];
+
+    let own = p
+        .open_rw_session(slot_labelled(&p, "OpenCF Faulty"))
+        .unwrap();
+    assert_eq!(
+        own.find_objects(&[]).unwrap(),
+        vec![],
+        "the provider's own slot lists no clone"
+    );
+    let invalid = |r: Result<(), Error>, what: &str| match r {
+        Err(Error::Pkcs11(RvError::ObjectHandleInvalid, _)) => {}
+        other => panic!("{what} of a clone in the provider's own slot: {other:?}"),
+    };
+    invalid(
+        own.get_attributes(clone, &[AttributeType::Class])
+            .map(|_| ()),
+        "C_GetAttributeValue",
+    );
+    invalid(
+        own.update_attributes(clone, &[Attribute::Encrypt(false)]),
+        "C_SetAttributeValue",
+    );
+    invalid(own.copy_object(clone, &[]).map(|_| ()), "C_CopyObject");
+    invalid(own.destroy_object(clone), "C_DestroyObject");
+    assert_eq!(
+        s.encrypt(&Mechanism::AesEcb, k, &block).unwrap(),
+        first,
+        "the clone still serves slot 0"
+    );
+
+    module.destroy_object(clone).unwrap();
+    assert_eq!(
+        s.encrypt(&Mechanism::AesEcb, k, &block).unwrap(),
+        first,
+        "a lost clone is made again"
+    );
+    assert_eq!(
+        secret_keys_in_faulty(&p),
+        1,
+        "one clone again, in the faulty provider"
+    );
+    drop((own, module, s));
     p.finalize().unwrap();
 }
 

@@ -457,20 +457,23 @@ fn init_softhsm(tag: &str) {
     );
 }
 
-/// How many objects of `class` labelled `label` SoftHSM's own slot shows (clones are public
-/// session objects, visible without login).
-fn hsm_objects(p: &Pkcs11, class: ObjectClass, label: &[u8]) -> usize {
-    let hsm = p
+/// How many objects of `class` labelled `label` SoftHSM holds (clones are public session
+/// objects, visible without login). Asked of the SoftHSM module itself, behind the framework
+/// (the file the framework loaded, so the same instance): the framework's own slot for
+/// SoftHSM does not show slot 0's clones.
+fn hsm_objects(_p: &Pkcs11, class: ObjectClass, label: &[u8]) -> usize {
+    let m = Pkcs11::new(SOFTHSM).unwrap();
+    let hsm = m
         .get_slots_with_token()
         .unwrap()
         .into_iter()
         .find(|sl| {
-            p.get_token_info(*sl)
+            m.get_token_info(*sl)
                 .map(|t| t.label() == "hsm")
                 .unwrap_or(false)
         })
-        .expect("SoftHSM's token among the framework's slots");
-    let hs = p.open_ro_session(hsm).unwrap();
+        .expect("SoftHSM's token");
+    let hs = m.open_ro_session(hsm).unwrap();
     let found = hs
         .find_objects(&[Attribute::Class(class), Attribute::Label(label.to_vec())])
         .unwrap();

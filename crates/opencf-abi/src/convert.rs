@@ -3,7 +3,8 @@
 //!
 //! Every pointer from the caller is read and written with `read_unaligned`/`write_unaligned`
 //! (C callers do not always align what they pass), and no slice is built from a length above
-//! [`MAX_LEN`].
+//! [`MAX_DATA_LEN`] (data, signatures, PINs: the caller's buffers) or [`MAX_LEN`] (templates,
+//! attribute values and mechanism parameters).
 
 use std::ffi::c_void;
 use std::mem::size_of;
@@ -15,8 +16,14 @@ use zeroize::Zeroizing;
 use crate::sys::*;
 use crate::types::*;
 
-/// Largest length accepted for any buffer or template passed in (256 MiB).
+/// Largest length accepted for a template, an attribute value or a mechanism parameter's
+/// inner buffer (256 MiB).
 pub(crate) const MAX_LEN: CK_ULONG = 256 << 20;
+
+/// Largest length accepted for a data buffer given by pointer and length (64 GiB, AES-GCM's
+/// own limit on one message): large single-part operations are the bulk engine's purpose, and
+/// a length this side of it makes no slice larger than the address space allows.
+pub(crate) const MAX_DATA_LEN: CK_ULONG = 1 << 36;
 
 /// `CKR_ARGUMENTS_BAD` for a NULL required pointer.
 pub(crate) fn req<T>(p: *mut T) -> CkResult<*mut T> {
@@ -36,22 +43,22 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
     unsafe { p.write_unaligned(v) }
 }
 
-/// Converts a length to `usize`, refusing anything above [`MAX_LEN`].
-fn checked_len(len: CK_ULONG, err: CK_RV) -> CkResult<usize> {
-    if len > MAX_LEN {
+/// Converts a length to `usize`, refusing anything above `max`.
+fn checked_len(len: CK_ULONG, max: CK_ULONG, err: CK_RV) -> CkResult<usize> {
+    if len > max {
         Err(err)
     } else {
         Ok(len as usize)
     }
 }
 
-/// An input byte string: NULL with a nonzero length or a length above [`MAX_LEN`] is
+/// An input byte string: NULL with a nonzero length or a length above [`MAX_DATA_LEN`] is
 /// `CKR_ARGUMENTS_BAD`; a zero length is the empty slice.
 ///
 /// # Safety
 /// A non-NULL `p` must be valid for reading `len` bytes for `'a`.
 pub(crate) unsafe fn bytes<'a>(p: *const u8, len: CK_ULONG) -> CkResult<&'a [u8]> {
-    let n = checked_len(len, CKR_ARGUMENTS_BAD)?;
+    let n = checked_len(len, MAX_DATA_LEN, CKR_ARGUMENTS_BAD)?;
     if n == 0 {
         return Ok(&[]);
     }
@@ -69,7 +76,7 @@ pub(crate) unsafe fn bytes<'a>(p: *const u8, len: CK_ULONG) -> CkResult<&'a [u8]
 /// A non-NULL `p` must be valid for writing `len` bytes for `'a`, and nothing else may access
 /// them meanwhile.
 pub(crate) unsafe fn bytes_mut<'a>(p: *mut u8, len: CK_ULONG) -> CkResult<&'a mut [u8]> {
-    let n = checked_len(len, CKR_ARGUMENTS_BAD)?;
+    let n = checked_len(len, MAX_DATA_LEN, CKR_ARGUMENTS_BAD)?;
     if n == 0 {
         return Ok(&mut []);
     }
@@ -99,7 +106,7 @@ pub(crate) unsafe fn inner_slice<'a>(
     len: CK_ULONG,
     err: CK_RV,
 ) -> CkResult<&'a [u8]> {
-    let n = checked_len(len, err)?;
+    let n = checked_len(len, MAX_LEN, err)?;
     if n == 0 {
         return Ok(&[]);
     }
@@ -136,7 +143,7 @@ pub(crate) struct Out {
 
 impl Out {
     /// Checks `pul` (NULL is `CKR_ARGUMENTS_BAD`) and reads the capacity. Capacities above
-    /// [`MAX_LEN`] are clamped to it (no operation produces more; never a wild slice).
+    /// [`MAX_DATA_LEN`] are clamped to it (no operation produces more; never a wild slice).
     ///
     /// # Safety
     /// `pul` must be valid for reading and writing a `CK_ULONG`; a non-NULL `p` must be valid
@@ -144,7 +151,7 @@ impl Out {
     pub(crate) unsafe fn new(p: *mut u8, pul: *mut CK_ULONG) -> CkResult<Out> {
         let pul = req(pul)?;
         // SAFETY: per the function's contract.
-        let cap = unsafe { pul.read_unaligned() }.min(MAX_LEN) as usize;
+        let cap = unsafe { pul.read_unaligned() }.min(MAX_DATA_LEN) as usize;
         Ok(Out { p, pul, cap })
     }
 

@@ -4,7 +4,7 @@
 //! their PKCS#11 names. Each one: catches panics (`CKR_GENERAL_ERROR`), checks that the module
 //! is initialized (`CKR_CRYPTOKI_NOT_INITIALIZED`, also in a fork child), converts the
 //! caller's pointers into safe values (`CKR_ARGUMENTS_BAD` for NULL required pointers and for
-//! lengths above 256 MiB), calls the backend, and writes the results back following the
+//! lengths above 64 GiB for data, 256 MiB for templates and parameters), calls the backend, and writes the results back following the
 //! two-call protocol.
 //!
 //! These are FFI entry points: the pointers they receive must be valid as the PKCS#11

@@ -207,7 +207,7 @@ fn null_pointers_and_lengths() {
         C_Encrypt(SESSION, buf.as_mut_ptr(), 5, buf.as_mut_ptr(), null_mut()),
         CKR_ARGUMENTS_BAD
     );
-    // Lengths above 256 MiB are refused before any slice is made.
+    // Data lengths above 64 GiB are refused before any slice is made.
     assert_eq!(
         C_Encrypt(SESSION, buf.as_mut_ptr(), 1 << 40, null_mut(), &mut n),
         CKR_ARGUMENTS_BAD

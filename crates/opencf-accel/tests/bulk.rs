@@ -298,6 +298,26 @@ fn large_inputs_match_openssl() {
     }
 }
 
+/// One AES-CTR encryption larger than the C ABI layer's limit on templates and parameters
+/// (256 MiB): a data buffer may be as large as AES-GCM allows one message (64 GiB), so the
+/// size query answers and the call encrypts, as OpenSSL does.
+#[test]
+fn an_input_above_256_mib_is_encrypted() {
+    let Some((_g, s)) = start(bulk_here) else {
+        return;
+    };
+    let key = random(16);
+    let k = aes_key(&s, &key);
+    let kind = Kind::Ctr(128, random(16).try_into().unwrap());
+    let pt = vec![0x5au8; (300 << 20) + 3];
+    let ct = one(&s, k, kind, true, &pt).expect("C_Encrypt of 300 MiB");
+    assert!(
+        ct == openssl(kind, &key, true, &pt),
+        "300 MiB equal OpenSSL's"
+    );
+    s.destroy_object(k).unwrap();
+}
+
 /// The software token, loaded beside the accelerator with a fresh keystore, its user PIN
 /// changed once.
 fn softtoken() -> &'static Pkcs11 {

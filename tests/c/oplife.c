@@ -10,6 +10,8 @@
  * - C_Sign and C_Verify "cannot be used to terminate a multi-part operation": after an update
  *   they answer CKR_OPERATION_ACTIVE, which ends the operation; C_SessionCancel ends the
  *   message-based operations its flags name;
+ * - CKF_ASYNC_SESSION opens a session, which C_GetSessionInfo flags so, exactly where the
+ *   token flags CKF_ASYNC_SESSION_SUPPORTED (else CKR_SESSION_ASYNC_NOT_SUPPORTED);
  * - a key with CKA_ALWAYS_AUTHENTICATE signs and decrypts only after
  *   C_Login(CKU_CONTEXT_SPECIFIC), once per operation; without it C_Sign and C_Decrypt answer
  *   CKR_USER_NOT_LOGGED_IN and end the operation (a size query may come first);
@@ -221,6 +223,29 @@ static void single_part_and_cancel_rules(CK_SESSION_HANDLE s)
     expect("  then C_MessageDecryptFinal", F->C_MessageDecryptFinal(s), CKR_OPERATION_NOT_INITIALIZED);
     expect("  then C_MessageDecryptInit", F->C_MessageDecryptInit(s, &gcm, aes), CKR_OK);
     must("C_MessageDecryptFinal", F->C_MessageDecryptFinal(s));
+}
+
+/* CKF_ASYNC_SESSION (3.2): a token that flags CKF_ASYNC_SESSION_SUPPORTED opens such a session
+ * and C_GetSessionInfo says so; one that does not answers CKR_SESSION_ASYNC_NOT_SUPPORTED. */
+static void async_sessions_as_flagged(void)
+{
+    CK_TOKEN_INFO ti;
+    CK_SESSION_HANDLE s;
+    CK_SESSION_INFO si;
+    must("C_GetTokenInfo", F->C_GetTokenInfo(SLOT, &ti));
+    CK_RV rv = F->C_OpenSession(SLOT, CKF_SERIAL_SESSION | CKF_ASYNC_SESSION, NULL, NULL, &s);
+    if (!(ti.flags & CKF_ASYNC_SESSION_SUPPORTED)) {
+        expect("C_OpenSession(CKF_ASYNC_SESSION), not flagged as supported", rv,
+               CKR_SESSION_ASYNC_NOT_SUPPORTED);
+        return;
+    }
+    expect("C_OpenSession(CKF_ASYNC_SESSION), flagged as supported", rv, CKR_OK);
+    if (rv != CKR_OK)
+        return;
+    must("C_GetSessionInfo", F->C_GetSessionInfo(s, &si));
+    expect("  C_GetSessionInfo flags CKF_ASYNC_SESSION",
+           (si.flags & CKF_ASYNC_SESSION) ? CKR_OK : CKR_GENERAL_ERROR, CKR_OK);
+    must("C_CloseSession", F->C_CloseSession(s));
 }
 
 /* A sensitive key's value: read-only, whatever the guess. */
@@ -588,6 +613,7 @@ int main(int argc, char **argv)
     printf("# %s, slot %lu\n", argv[1], SLOT);
     argument_errors_end_operations(s);
     single_part_and_cancel_rules(s);
+    async_sessions_as_flagged();
     no_answer_confirms_a_guess(s);
     context_specific_login(s);
     private_handles_end_at_logout(s);

@@ -63,7 +63,7 @@ impl Accel {
         Ok(CK_SESSION_INFO {
             slotID: SLOT,
             state,
-            flags: flags & (CKF_RW_SESSION | CKF_SERIAL_SESSION),
+            flags: flags & (CKF_RW_SESSION | CKF_SERIAL_SESSION | CKF_ASYNC_SESSION),
             ulDeviceError: 0,
         })
     }

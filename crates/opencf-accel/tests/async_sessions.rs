@@ -117,6 +117,11 @@ fn the_token_offers_asynchronous_sessions() {
     let s = async_session();
     let p = module();
     assert_eq!(
+        p.get_session_info(s).unwrap().flags,
+        CKF_SERIAL_SESSION | CKF_ASYNC_SESSION,
+        "C_GetSessionInfo says the session is asynchronous"
+    );
+    assert_eq!(
         p.async_complete(s, "C_Sign"),
         Err(CKR_OPERATION_NOT_INITIALIZED),
         "nothing pending"

@@ -221,6 +221,11 @@ impl SoftToken {
             return Err(CKR_SESSION_PARALLEL_NOT_SUPPORTED);
         }
         let token = self.token(slot)?;
+        // Every call answers at once: the token has no asynchronous sessions (it does not
+        // flag `CKF_ASYNC_SESSION_SUPPORTED`).
+        if flags & CKF_ASYNC_SESSION != 0 {
+            return Err(CKR_SESSION_ASYNC_NOT_SUPPORTED);
+        }
         if !token.initialized() {
             return Err(CKR_TOKEN_NOT_RECOGNIZED);
         }

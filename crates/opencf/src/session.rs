@@ -47,7 +47,15 @@ impl OpenCf {
     pub fn open_session(&self, slot: CK_SLOT_ID, flags: CK_FLAGS) -> CkResult<CK_SESSION_HANDLE> {
         if slot == METASLOT_ID {
             let m = self.meta()?;
-            let ks = self.p(m.keystore).open_session(m.ks_slot, flags)?;
+            // An asynchronous slot-0 session is asynchronous where its operations run, in
+            // the providers that offer it; its keystore session is an ordinary one.
+            if flags & CKF_ASYNC_SESSION != 0 && !self.providers.iter().any(|pr| pr.offers_async())
+            {
+                return Err(CKR_SESSION_ASYNC_NOT_SUPPORTED);
+            }
+            let ks = self
+                .p(m.keystore)
+                .open_session(m.ks_slot, flags & !CKF_ASYNC_SESSION)?;
             return Ok(self.sessions.insert(Sess::Meta {
                 s: Box::new(SessionLock::new(MetaSession::new(
                     flags,
@@ -115,9 +123,13 @@ impl OpenCf {
                 Ok(i)
             }
             Sess::Meta { s: m, .. } => {
-                let ks = self.lock(m).ks;
+                let (ks, flags) = {
+                    let ms = self.lock(m);
+                    (ms.ks, ms.flags)
+                };
                 let mut i = self.p(self.meta()?.keystore).get_session_info(ks)?;
                 i.slotID = METASLOT_ID;
+                i.flags |= flags & CKF_ASYNC_SESSION;
                 Ok(i)
             }
         }

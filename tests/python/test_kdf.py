@@ -148,3 +148,14 @@ def test_pbkdf2_v240_parameter_layout(session):
     params = p11ext.pbkdf2_params(password, salt, 1000, p11ext.CKP_PKCS5_PBKD2_HMAC_SHA256, v240=True)
     key = pbkdf2_key(session, params, 256, capabilities=MechanismFlag.SIGN)
     assert key[Attribute.VALUE] == hashlib.pbkdf2_hmac("sha256", password, salt, 1000, 32)
+
+
+@NEEDS_PBKDF2
+@pytest.mark.parametrize("length", [65_536, 65_537, 70_000])
+def test_pbkdf2_password_above_64_kib(session, length):
+    """CK_PKCS5_PBKD2_PARAMS2 puts no bound on ulPasswordLen: a length above 64 KiB is a
+    length (not taken for the 2.40 layout's pointer), and the key is PBKDF2's."""
+    password, salt = os.urandom(length), os.urandom(16)
+    params = p11ext.pbkdf2_params(password, salt, 1, p11ext.CKP_PKCS5_PBKD2_HMAC_SHA256)
+    key = pbkdf2_key(session, params, 256, capabilities=MechanismFlag.SIGN)
+    assert key[Attribute.VALUE] == hashlib.pbkdf2_hmac("sha256", password, salt, 1, 32)

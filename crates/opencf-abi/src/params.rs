@@ -7,9 +7,11 @@
 //!
 //! `CKM_PKCS5_PBKD2` accepts both `CK_PKCS5_PBKD2_PARAMS2` (3.0: `ulPasswordLen` is the length)
 //! and the older `CK_PKCS5_PBKD2_PARAMS` (2.x: `ulPasswordLen` is a *pointer* to the length).
-//! Both have the same size, so the field is read as a length when it is ≤ 65536 and as a
-//! pointer otherwise: Linux never maps user memory below 64 KiB (`vm.mmap_min_addr`), and no
-//! password is longer than that.
+//! Both have the same size, so the field is read as a length when it is ≤ 65536 (Linux never
+//! maps user memory below 64 KiB, `vm.mmap_min_addr`). A larger value is a pointer only if it
+//! points at readable memory holding a plausible length (≤ 256 MiB); the memory is probed
+//! through a pipe, where an unmapped address is an `EFAULT` answer, not a crash. Anything else
+//! is a 3.0 length, so a password longer than 64 KiB works too.
 
 use std::ffi::c_void;
 use std::mem::size_of;
@@ -22,6 +24,28 @@ const INVALID: CK_RV = CKR_MECHANISM_PARAM_INVALID;
 
 /// Largest value of `CK_PKCS5_PBKD2_PARAMS*.ulPasswordLen` read as a length (see module docs).
 const PBKDF2_MAX_PASSWORD_LEN: CK_ULONG = 65536;
+
+/// The `CK_ULONG` at address `addr`, if that memory is readable: written into a pipe by the
+/// kernel, which answers `EFAULT` for an address the process cannot read instead of faulting.
+fn readable_ulong(addr: usize) -> Option<CK_ULONG> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors `pipe2` writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return None;
+    }
+    let n = size_of::<CK_ULONG>();
+    let mut v: CK_ULONG = 0;
+    // SAFETY: `write` only reads `n` bytes at `addr` in the kernel, which checks the address
+    // (EFAULT); `read` writes at most `n` bytes into `v`; both descriptors are ours and closed.
+    let ok = unsafe {
+        let ok = libc::write(fds[1], addr as *const c_void, n) == n as isize
+            && libc::read(fds[0], (&mut v as *mut CK_ULONG).cast(), n) == n as isize;
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        ok
+    };
+    ok.then_some(v)
+}
 
 /// Mechanisms whose parameter is `CK_MAC_GENERAL_PARAMS` (the MAC length).
 const MAC_GENERAL: &[CK_MECHANISM_TYPE] = &[
@@ -278,7 +302,10 @@ pub(crate) unsafe fn parse(
                     s.ulPasswordLen
                 } else {
                     // The 2.x structure: a pointer to the length (see the module docs).
-                    (s.ulPasswordLen as usize as *const CK_ULONG).read_unaligned()
+                    match readable_ulong(s.ulPasswordLen as usize) {
+                        Some(n) if n <= crate::convert::MAX_LEN => n,
+                        _ => s.ulPasswordLen,
+                    }
                 };
                 MechParam::Pbkdf2 {
                     salt_source: s.saltSource,
@@ -786,6 +813,17 @@ mod tests {
             ulPasswordLen: &mut len,
         };
         assert_eq!(parse_struct(CKM_PKCS5_PBKD2, &v1).unwrap(), expect);
+        // A 3.0 length above 64 KiB is a length, not an address to read.
+        let long = vec![7u8; 70_000];
+        let v2_long = CK_PKCS5_PBKD2_PARAMS2 {
+            pPassword: long.as_ptr() as *mut u8,
+            ulPasswordLen: 65_537,
+            ..v2
+        };
+        match parse_struct(CKM_PKCS5_PBKD2, &v2_long).unwrap() {
+            MechParam::Pbkdf2 { password, .. } => assert_eq!(password, &long[..65_537]),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -27,7 +27,8 @@
  * - a key made by C_UnwrapKey or C_DeriveKey is what its content is: a template giving a
  *   secret part, another curve or another length is CKR_TEMPLATE_INCONSISTENT (ECB and CBC
  *   unwrapping cut their zero padding, as the mechanisms say), and content of a length its
- *   key type cannot have CKR_WRAPPED_KEY_INVALID.
+ *   key type cannot have CKR_WRAPPED_KEY_INVALID; the same holds for C_GenerateKeyPair's
+ *   private template (another curve or public exponent than the pair's).
  *
  * The token must be fresh (OPENCF_SOFTTOKEN_DIR of its own): its expired default user PIN
  * "changeme" is changed on the first login.
@@ -541,6 +542,37 @@ static void made_keys_follow_their_content(CK_SESSION_HANDLE s)
     expect("C_DeriveKey without it", F->C_DeriveKey(s, &hkdf, base, dt, NA(dt) - 1, &h), CKR_OK);
 }
 
+/* C_GenerateKeyPair: a private key template that names another curve or another public
+ * exponent than the key pair's is CKR_TEMPLATE_INCONSISTENT, not overruled; the same values
+ * are accepted. */
+static void generated_keys_follow_their_content(CK_SESSION_HANDLE s)
+{
+    static CK_BYTE p256[] = { 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07 };
+    static CK_BYTE p384[] = { 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22 };
+    static CK_BYTE e65537[] = { 1, 0, 1 }, e17[] = { 17 };
+    CK_MECHANISM ec_gen = { CKM_EC_KEY_PAIR_GEN, NULL, 0 }, rsa_gen = { CKM_RSA_PKCS_KEY_PAIR_GEN, NULL, 0 };
+    CK_ULONG bits = 1024;
+    CK_OBJECT_HANDLE pub, priv;
+    CK_ATTRIBUTE ec_pub[] = { { CKA_EC_PARAMS, p256, sizeof p256 }, A(CKA_VERIFY, T) };
+    CK_ATTRIBUTE ec_priv_other[] = { { CKA_EC_PARAMS, p384, sizeof p384 }, A(CKA_SIGN, T) };
+    CK_ATTRIBUTE ec_priv_same[] = { { CKA_EC_PARAMS, p256, sizeof p256 }, A(CKA_SIGN, T) };
+    expect("C_GenerateKeyPair (P-256) with a private template of P-384",
+           F->C_GenerateKeyPair(s, &ec_gen, ec_pub, NA(ec_pub), ec_priv_other, NA(ec_priv_other), &pub, &priv),
+           CKR_TEMPLATE_INCONSISTENT);
+    expect("C_GenerateKeyPair (P-256) with a private template of P-256",
+           F->C_GenerateKeyPair(s, &ec_gen, ec_pub, NA(ec_pub), ec_priv_same, NA(ec_priv_same), &pub, &priv),
+           CKR_OK);
+    CK_ATTRIBUTE rsa_pub[] = { A(CKA_MODULUS_BITS, bits), { CKA_PUBLIC_EXPONENT, e65537, 3 }, A(CKA_VERIFY, T) };
+    CK_ATTRIBUTE rsa_priv_other[] = { { CKA_PUBLIC_EXPONENT, e17, 1 }, A(CKA_SIGN, T) };
+    CK_ATTRIBUTE rsa_priv_same[] = { { CKA_PUBLIC_EXPONENT, e65537, 3 }, A(CKA_SIGN, T) };
+    expect("C_GenerateKeyPair (RSA, e 65537) with a private template of e 17",
+           F->C_GenerateKeyPair(s, &rsa_gen, rsa_pub, NA(rsa_pub), rsa_priv_other, NA(rsa_priv_other), &pub, &priv),
+           CKR_TEMPLATE_INCONSISTENT);
+    expect("C_GenerateKeyPair (RSA, e 65537) with a private template of e 65537",
+           F->C_GenerateKeyPair(s, &rsa_gen, rsa_pub, NA(rsa_pub), rsa_priv_same, NA(rsa_priv_same), &pub, &priv),
+           CKR_OK);
+}
+
 /* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with
  * CKR_NEED_TO_CREATE_THREADS or keeps its word, here through a large AES-GCM encryption that
  * the accelerator's bulk engine would split over threads. */
@@ -620,6 +652,7 @@ int main(int argc, char **argv)
     trusted_and_wrap_template(s);
     unwrap_and_derive_templates(s);
     made_keys_follow_their_content(s);
+    generated_keys_follow_their_content(s);
     F->C_CloseSession(s);
     F->C_Finalize(NULL);
     printf("%s: %d failed\n", argv[1], failures);

@@ -186,9 +186,11 @@ impl SoftToken {
         }
         let mut attrs = template.clone();
         for (t, v) in material {
-            // What an unwrapped or derived key is comes from its content; a template that
-            // says otherwise is refused, not overruled (its secret parts were refused before).
-            if origin == Origin::Derived {
+            // What a generated, unwrapped or derived key is comes from its content; a
+            // template that says otherwise is refused, not overruled (its secret parts were
+            // refused before): a private key template naming another curve or public exponent
+            // than the key pair's is `CKR_TEMPLATE_INCONSISTENT`.
+            if matches!(origin, Origin::Derived | Origin::Generated(_)) {
                 if let Some(given) = template.get(&t) {
                     if !mech::same_attribute_value(t, given, &v) {
                         return Err(CKR_TEMPLATE_INCONSISTENT);

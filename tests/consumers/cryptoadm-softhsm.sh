@@ -3,7 +3,8 @@
 # key through slot 0 (so it is stored in the softtoken keystore), disable the softtoken's ECDSA
 # (and the accelerator's CKM_ECDSA, which the default configuration puts first) and show that an
 # ECDSA signature on slot 0 is then computed inside SoftHSMv2 and verifies with openssl; enable
-# them again and uninstall SoftHSMv2.
+# them again and uninstall SoftHSMv2. Uninstalling the softtoken, which holds the metaslot's
+# keystore token, is refused.
 #
 # Where the signature ran is told by `cryptoadm stat`: SoftHSMv2's CKM_ECDSA operations go up
 # by two for a signature and its verification through slot 0 (python-pkcs11 from .venv) while
@@ -244,6 +245,12 @@ refuse "list no longer shows softhsm" '^ +softhsm ' ADM list
 expect "list still shows the softtoken" '^ +softtoken ' ADM list
 json "list --json no longer has softhsm" "all(p['name']!='softhsm' for p in d['providers'])" list
 refuse "libopencf.so no longer shows SoftHSMv2's slot" 'SoftHSM' $P11 --list-slots
+
+echo "--- keystore provider"
+expect "uninstall refuses the provider with the metaslot's keystore token" \
+    'keystore token "OpenCF Softtoken", which no other provider has' ADM uninstall provider=softtoken
+expect "refresh: the configuration still loads" 'provider\(s\) OK' ADM refresh
+expect "libopencf.so still starts" 'OpenCF Metaslot' $P11 --list-slots
 
 echo "cryptoadm-softhsm: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

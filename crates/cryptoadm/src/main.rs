@@ -1,8 +1,9 @@
 //! cryptoadm: administers the OpenCF framework configuration, in the style of Solaris
 //! cryptoadm(1M).
 //!
-//! Exit status: 0 success, 1 provider or load problem, 2 configuration that cannot be parsed
-//! (or written), 64 usage error.
+//! Exit status: 0 success, 1 provider or load problem (`refresh`: also a missing keystore
+//! token or a missing `$OPENCF_CONF` file), 2 configuration that cannot be parsed (or written),
+//! 64 usage error.
 #![forbid(unsafe_code)]
 
 /// `println!` that ends the program quietly (status 0) when standard output is a closed pipe
@@ -20,6 +21,7 @@ mod probe;
 mod rv_names;
 mod stat;
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -47,6 +49,9 @@ struct Cli {
     /// reads ($OPENCF_CONF, else $XDG_CONFIG_HOME/opencf/opencf.toml if it exists, else
     /// /etc/opencf/opencf.toml); edits go to $OPENCF_CONF, else to /etc/opencf/opencf.toml
     /// for root and to the user file otherwise (a user's first edit copies the system file).
+    /// A file that does not exist is listed as the built-in default, which the first edit
+    /// starts from; when $OPENCF_CONF names it, the framework refuses to start, and listings
+    /// and `refresh` say so.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Machine-readable output for listings.
@@ -74,8 +79,14 @@ enum Cmd {
     },
     /// install provider=PATH [name=NAME] [before=NAME]
     Install { words: Vec<String> },
-    /// uninstall provider=NAME
-    Uninstall { words: Vec<String> },
+    /// uninstall provider=NAME [--force]
+    Uninstall {
+        /// Uninstall the only provider with the metaslot's keystore token (every
+        /// application's C_Initialize then fails while the metaslot is enabled).
+        #[arg(long)]
+        force: bool,
+        words: Vec<String>,
+    },
     /// enable provider=NAME mechanism=CKM_A,CKM_B|all [random] | enable metaslot [token=LABEL] [auto-key-migrate]
     Enable { words: Vec<String> },
     /// disable provider=NAME mechanism=CKM_A,CKM_B|all [random] | disable metaslot [auto-key-migrate]
@@ -233,12 +244,91 @@ fn lib_dir_from(env: Option<std::ffi::OsString>, exe_dir: Option<&Path>) -> Path
         .unwrap_or_else(|| dir.to_path_buf())
 }
 
-/// The file listings read, or the built-in default when there is none (yet).
-fn read_config(path: Option<&Path>, lib: &Path) -> Result<Config, Fail> {
-    match path {
-        Some(p) if p.exists() => Ok(config::load_from(p)?),
-        _ => Ok(config::default_config_in(lib)),
+/// What listings read: the configuration, and the file that does not exist when the built-in
+/// default stands in for it.
+struct Reading {
+    cfg: Config,
+    missing: Option<Missing>,
+}
+
+/// A configuration file to read that does not exist.
+struct Missing {
+    path: PathBuf,
+    /// `$OPENCF_CONF` names it: the framework requires it and refuses to start without it
+    /// (otherwise only `--config` names it, and the built-in default is what a first edit
+    /// starts from).
+    framework: bool,
+}
+
+impl Missing {
+    /// What the framework does without the file, and what stands in its place.
+    fn words(&self) -> String {
+        if self.framework {
+            format!(
+                "{}; shown: the built-in default, which the first edit starts from",
+                self.refusal()
+            )
+        } else {
+            format!("built-in default (no file at {})", self.path.display())
+        }
     }
+
+    fn refusal(&self) -> String {
+        format!(
+            "{} (named by {}) does not exist: the framework refuses to start",
+            self.path.display(),
+            config::ENV_CONF
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({ "path": self.path.display().to_string(), "framework_refuses": self.framework })
+    }
+}
+
+/// Whether `p` is the file `$OPENCF_CONF` names.
+fn names_framework_file(p: &Path) -> bool {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    std::env::var_os(config::ENV_CONF)
+        .filter(|v| !v.is_empty())
+        .is_some_and(|v| absolute(Path::new(&v)) == absolute(p))
+}
+
+/// The file listings read, or the built-in default when there is none (yet). A file that
+/// exists but cannot be read is an error, as for the framework.
+fn read_config(path: Option<&Path>, lib: &Path) -> Result<Reading, Fail> {
+    let missing =
+        path.filter(|p| std::fs::metadata(p).is_err_and(|e| e.kind() == ErrorKind::NotFound));
+    match (path, missing) {
+        (Some(p), None) => Ok(Reading {
+            cfg: config::load_from(p)?,
+            missing: None,
+        }),
+        (_, missing) => Ok(Reading {
+            cfg: config::default_config_in(lib),
+            missing: missing.map(|p| Missing {
+                path: p.to_path_buf(),
+                framework: names_framework_file(p),
+            }),
+        }),
+    }
+}
+
+/// Where the configuration shown came from, in words.
+fn source_words(r: &Reading) -> String {
+    match &r.missing {
+        Some(m) => m.words(),
+        None => r.cfg.source.to_string(),
+    }
+}
+
+/// Prints a listing's JSON with the configuration it shows (and the missing file, if any).
+fn print_listing(r: &Reading, mut v: serde_json::Value) {
+    v["config"] = json!(r.cfg.source.to_string());
+    if let Some(m) = &r.missing {
+        v["missing"] = m.json();
+    }
+    print_json(&v);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,14 +418,24 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             words,
         } => {
             let w = Words::parse(words, &["provider"], &["metaslot"])?;
-            let cfg = read_config(read, &lib)?;
+            let r = read_config(read, &lib)?;
+            if let Some(m) = r.missing.as_ref().filter(|m| m.framework) {
+                eprintln!(
+                    "cryptoadm: warning: {} names {}, which does not exist: the framework \
+                     refuses to start (every application's C_Initialize fails) until it is \
+                     created; shown: the built-in default, which the first edit starts from",
+                    config::ENV_CONF,
+                    m.path.display()
+                );
+            }
+            let cfg = &r.cfg;
             if w.has("metaslot") {
                 if w.get("provider").is_some() || *mechanisms || *policy || *verbose {
                     return Err(usage("list metaslot takes no other options"));
                 }
                 let edited = target.as_ref().ok().map(|t| t.edit.path.as_path());
-                let source = describe_source(&cfg, &cli, edited);
-                return Ok(list_metaslot(&cfg, &source, cli.json));
+                let source = describe_source(&r, &cli, edited);
+                return Ok(list_metaslot(&r, &source, cli.json));
             }
             let providers: Vec<&ProviderConfig> = match w.get("provider") {
                 None => cfg.providers.iter().collect(),
@@ -346,11 +446,11 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                     .ok_or_else(|| Fail::Problem(format!("no provider named \"{n}\"")))?],
             };
             if *verbose || *mechanisms {
-                Ok(list_probe(&cfg, &providers, &lib, *verbose, cli.json))
+                Ok(list_probe(&r, &providers, &lib, *verbose, cli.json))
             } else if *policy {
-                Ok(list_policy(&cfg, &providers, cli.json))
+                Ok(list_policy(&r, &providers, cli.json))
             } else {
-                Ok(list_plain(&cfg, &providers, &lib, cli.json))
+                Ok(list_plain(&r, &providers, &lib, cli.json))
             }
         }
         Cmd::Install { words } => {
@@ -398,21 +498,38 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             })?;
             Ok(0)
         }
-        Cmd::Uninstall { words } => {
+        Cmd::Uninstall { force, words } => {
             let w = Words::parse(words, &["provider"], &[])?;
             let name = w
                 .get("provider")
                 .ok_or_else(|| usage("uninstall needs provider=NAME"))?
                 .to_string();
-            edit(&target?, &lib, |cfg| {
+            let keystore_gone = edit(&target?, &lib, |cfg| {
                 let i = cfg
                     .providers
                     .iter()
                     .position(|p| p.name == name)
                     .ok_or_else(|| Fail::Problem(format!("no provider named \"{name}\"")))?;
-                cfg.providers.remove(i);
-                Ok::<_, Fail>(())
+                let removed = cfg.providers.remove(i);
+                let label = &cfg.metaslot.keystore;
+                if !cfg.metaslot.enabled || any_has_token(cfg, label, &lib) {
+                    return Ok(None);
+                }
+                // What `refresh` checks: without the keystore token every application's
+                // C_Initialize fails while the metaslot is enabled.
+                if !force && has_token(&removed, label, &lib) {
+                    return Err(Fail::Problem(format!(
+                        "provider \"{name}\" has the metaslot's keystore token \"{label}\", \
+                         which no other provider has: without it every application's \
+                         C_Initialize fails; name another keystore first (enable metaslot \
+                         token=LABEL), or disable the metaslot, or uninstall with --force"
+                    )));
+                }
+                Ok(Some(label.clone()))
             })?;
+            if let Some(label) = keystore_gone {
+                warn_no_token(&label);
+            }
             Ok(0)
         }
         Cmd::Enable { words } => set_state(&target?, &lib, words, true),
@@ -473,8 +590,10 @@ fn set_state(target: &Target, lib: &Path, words: &[String], enable: bool) -> Res
             }
             Ok(cfg.clone())
         })?;
-        if let Some(t) = &token {
-            warn_if_no_token(&cfg, t, lib);
+        // A keystore named, or the metaslot turned on: warn when it has no keystore token now.
+        let turned_on = enable && token.is_none() && !akm;
+        if token.is_some() || (turned_on && cfg.metaslot.enabled) {
+            warn_if_no_token(&cfg, &cfg.metaslot.keystore, lib);
         }
         return Ok(0);
     }
@@ -549,7 +668,7 @@ fn state(p: &ProviderConfig) -> &'static str {
     }
 }
 
-fn list_plain(cfg: &Config, providers: &[&ProviderConfig], lib: &Path, json: bool) -> u8 {
+fn list_plain(r: &Reading, providers: &[&ProviderConfig], lib: &Path, json: bool) -> u8 {
     if json {
         let list: Vec<_> = providers
             .iter()
@@ -562,10 +681,10 @@ fn list_plain(cfg: &Config, providers: &[&ProviderConfig], lib: &Path, json: boo
                 })
             })
             .collect();
-        print_json(&json!({ "config": cfg.source.to_string(), "providers": list }));
+        print_listing(r, json!({ "providers": list }));
         return 0;
     }
-    outln!("Configuration: {}", cfg.source);
+    outln!("Configuration: {}", source_words(r));
     outln!("Providers (in order of preference):");
     for p in providers {
         outln!(
@@ -643,11 +762,12 @@ fn metaslot_json(cfg: &Config) -> serde_json::Value {
     })
 }
 
-fn list_policy(cfg: &Config, providers: &[&ProviderConfig], json: bool) -> u8 {
+fn list_policy(r: &Reading, providers: &[&ProviderConfig], json: bool) -> u8 {
     if json {
         let list: Vec<_> = providers.iter().map(|p| policy_json(p)).collect();
-        print_json(
-            &json!({ "config": cfg.source.to_string(), "providers": list, "metaslot": metaslot_json(cfg) }),
+        print_listing(
+            r,
+            json!({ "providers": list, "metaslot": metaslot_json(&r.cfg) }),
         );
         return 0;
     }
@@ -659,13 +779,14 @@ fn list_policy(cfg: &Config, providers: &[&ProviderConfig], json: bool) -> u8 {
 
 /// Where the configuration came from: a short kind (for JSON) and words.
 /// `edited`: the file an edit would create.
-fn describe_source(cfg: &Config, cli: &Cli, edited: Option<&Path>) -> (&'static str, String) {
-    match &cfg.source {
+fn describe_source(r: &Reading, cli: &Cli, edited: Option<&Path>) -> (&'static str, String) {
+    match &r.cfg.source {
         config::Source::BuiltIn => (
             "built-in",
-            match edited {
-                Some(p) => format!("built-in default (no file at {})", p.display()),
-                None => "built-in default (no configuration file)".to_string(),
+            match (&r.missing, edited) {
+                (Some(m), _) => m.words(),
+                (None, Some(p)) => format!("built-in default (no file at {})", p.display()),
+                (None, None) => "built-in default (no configuration file)".to_string(),
             },
         ),
         config::Source::File(p) => {
@@ -683,15 +804,14 @@ fn describe_source(cfg: &Config, cli: &Cli, edited: Option<&Path>) -> (&'static 
     }
 }
 
-fn list_metaslot(cfg: &Config, source: &(&str, String), json: bool) -> u8 {
+fn list_metaslot(r: &Reading, source: &(&str, String), json: bool) -> u8 {
     if json {
-        let mut v = metaslot_json(cfg);
-        v["config"] = json!(cfg.source.to_string());
+        let mut v = metaslot_json(&r.cfg);
         v["source"] = json!(source.0);
-        print_json(&v);
+        print_listing(r, v);
         return 0;
     }
-    let m = &cfg.metaslot;
+    let m = &r.cfg.metaslot;
     outln!("Meta Slot Configuration:");
     outln!("------------------------");
     outln!("Source: {}", source.1);
@@ -709,7 +829,7 @@ fn list_metaslot(cfg: &Config, source: &(&str, String), json: bool) -> u8 {
 }
 
 fn list_probe(
-    cfg: &Config,
+    r: &Reading,
     providers: &[&ProviderConfig],
     lib: &Path,
     verbose: bool,
@@ -721,7 +841,7 @@ fn list_probe(
         .collect();
     let failed = any_problem(&reports);
     if json {
-        print_json(&json!({ "config": cfg.source.to_string(), "providers": reports }));
+        print_listing(r, json!({ "providers": reports }));
     } else {
         for r in &reports {
             outln!("Provider: {} ({})", r.name, r.path);
@@ -800,50 +920,95 @@ fn any_problem(reports: &[probe::ProviderReport]) -> bool {
         .any(|r| !r.errors.is_empty() || r.slots.iter().any(|s| !s.errors.is_empty()))
 }
 
+/// The label of the token the framework takes from a provider, as the keystore candidate:
+/// that of its first slot with a token.
+fn first_token(r: &probe::ProviderReport) -> Option<&str> {
+    r.slots
+        .iter()
+        .find_map(|s| s.token.as_ref())
+        .map(|t| t.label.as_str())
+}
+
+/// Whether provider `p` has a token labelled `label` now (loads the module).
+fn has_token(p: &ProviderConfig, label: &str, lib: &Path) -> bool {
+    let r = probe::probe(p, &config::resolve_module(&p.module, lib), true);
+    first_token(&r) == Some(label)
+}
+
+/// Whether any configured provider has a token labelled `label` now.
+fn any_has_token(cfg: &Config, label: &str, lib: &Path) -> bool {
+    cfg.providers.iter().any(|p| has_token(p, label, lib))
+}
+
 /// Warns when no configured provider has a token labelled `label` now: the framework takes
 /// the keystore from the first slot with a token of each provider, and while the metaslot is
 /// enabled C_Initialize fails without it. The setting is kept (the token may be initialized
 /// or inserted later).
 fn warn_if_no_token(cfg: &Config, label: &str, lib: &Path) {
-    let found = cfg.providers.iter().any(|p| {
-        let r = probe::probe(p, &config::resolve_module(&p.module, lib), true);
-        r.slots
-            .iter()
-            .find_map(|s| s.token.as_ref())
-            .is_some_and(|t| t.label == label)
-    });
-    if !found {
-        eprintln!(
-            "cryptoadm: warning: no configured provider has a token labelled \"{label}\" now; \
-             while the metaslot is enabled, applications fail C_Initialize until one has"
-        );
+    if !any_has_token(cfg, label, lib) {
+        warn_no_token(label);
     }
 }
 
+fn warn_no_token(label: &str) {
+    eprintln!(
+        "cryptoadm: warning: no configured provider has a token labelled \"{label}\" now; \
+         while the metaslot is enabled, applications fail C_Initialize until one has"
+    );
+}
+
+/// Checks the configuration as the framework loads it: the file `$OPENCF_CONF` names exists,
+/// every provider module loads and initializes, and while the metaslot is enabled a provider
+/// has its keystore token.
 fn refresh(path: Option<&Path>, lib: &Path, json: bool) -> Result<u8, Fail> {
-    let cfg = read_config(path, lib)?;
+    let r = read_config(path, lib)?;
+    let cfg = &r.cfg;
     let mut problems: Vec<String> = Vec::new();
-    if cfg.providers.is_empty() {
-        problems.push(format!("{}: no providers configured", cfg.source));
-    }
     let mut checked = Vec::new();
-    for p in &cfg.providers {
-        let r = probe::probe(p, &config::resolve_module(&p.module, lib), false);
-        for e in &r.errors {
-            problems.push(format!("provider \"{}\": {e}", p.name));
+    match &r.missing {
+        Some(m) if m.framework => problems.push(m.refusal()),
+        _ => {
+            if cfg.providers.is_empty() {
+                problems.push(format!("{}: no providers configured", cfg.source));
+            }
+            // The slots are walked only to find the keystore token.
+            let keystore = cfg
+                .metaslot
+                .enabled
+                .then_some(cfg.metaslot.keystore.as_str());
+            let mut found = false;
+            for p in &cfg.providers {
+                let rep = probe::probe(
+                    p,
+                    &config::resolve_module(&p.module, lib),
+                    keystore.is_some(),
+                );
+                for e in &rep.errors {
+                    problems.push(format!("provider \"{}\": {e}", p.name));
+                }
+                found |= keystore.is_some() && first_token(&rep) == keystore;
+                checked.push(json!({ "name": rep.name, "path": rep.path, "ok": rep.errors.is_empty(), "errors": rep.errors }));
+            }
+            if let Some(label) = keystore.filter(|_| !found && !cfg.providers.is_empty()) {
+                problems.push(format!(
+                    "metaslot keystore token \"{label}\" not found in any provider: \
+                     applications fail C_Initialize while the metaslot is enabled"
+                ));
+            }
         }
-        checked.push(json!({ "name": r.name, "path": r.path, "ok": r.errors.is_empty(), "errors": r.errors }));
     }
     if json {
-        print_json(
-            &json!({ "config": cfg.source.to_string(), "providers": checked, "problems": problems }),
-        );
+        print_listing(&r, json!({ "providers": checked, "problems": problems }));
     } else {
         for p in &problems {
             outln!("{p}");
         }
         if problems.is_empty() {
-            outln!("{}: {} provider(s) OK", cfg.source, cfg.providers.len());
+            outln!(
+                "{}: {} provider(s) OK",
+                source_words(&r),
+                cfg.providers.len()
+            );
         }
     }
     Ok(if problems.is_empty() { 0 } else { EXIT_PROBLEM })

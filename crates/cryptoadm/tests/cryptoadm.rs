@@ -42,6 +42,15 @@ impl Env {
         );
         String::from_utf8(o.stdout).unwrap()
     }
+    /// Succeeds without a word on standard error.
+    fn quiet(&self, args: &[&str]) {
+        let o = self.run(args);
+        assert!(
+            o.status.success() && o.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
     fn json(&self, args: &[&str]) -> Value {
         let mut a = args.to_vec();
         a.push("--json");
@@ -460,7 +469,13 @@ fn refresh_reports_problems() {
     let o = e.run(&["refresh", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["providers"][0]["ok"], false);
-    assert_eq!(v["problems"].as_array().unwrap().len(), 2);
+    // Two modules, and the metaslot's keystore token, which neither provides.
+    let problems = v["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 3, "{v}");
+    assert!(problems[2]
+        .as_str()
+        .unwrap()
+        .starts_with("metaslot keystore token \"OpenCF Softtoken\" not found"));
     // Listings that load the modules report the problem with status 1 too.
     for args in [
         &["list", "-m"][..],
@@ -718,4 +733,174 @@ mod toml_check {
             }
         }
     }
+}
+
+/// The metaslot's keystore token: `refresh` reports it missing (the framework's C_Initialize
+/// fails without it), and `uninstall` refuses to remove the only provider that has it unless
+/// forced, then warns.
+#[test]
+fn the_keystore_token_is_checked() {
+    let Some(so) = softtoken() else { return };
+    let e = Env::new();
+    link(&e.lib, "libopencf_softtoken.so", &so);
+    let (code, out) = e.code(&["refresh"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 provider(s) OK"), "{out}");
+
+    // The only holder: refused, nothing written.
+    let (code, out) = e.code(&["uninstall", "provider=softtoken"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("keystore token \"OpenCF Softtoken\"") && out.contains("--force"),
+        "{out}"
+    );
+    assert!(!e.cfg.exists(), "a refused uninstall writes nothing");
+
+    // Forced: removed, with the warning of `enable metaslot token=`.
+    let o = e.run(&["uninstall", "--force", "provider=softtoken"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: no configured provider has a token labelled \"OpenCF Softtoken\""),
+        "{err}"
+    );
+    assert!(e.names().is_empty());
+
+    // Back, under another name; a second holder makes the first one removable.
+    e.ok(&["install", "provider=libopencf_softtoken.so", "name=soft"]);
+    assert_eq!(e.code(&["refresh"]).0, 0);
+    e.ok(&["install", "provider=libopencf_softtoken.so", "name=soft2"]);
+    e.quiet(&["uninstall", "provider=soft"]);
+
+    // A keystore label that no provider has: refresh says so, exit 1.
+    e.ok(&["enable", "metaslot", "token=Elsewhere"]);
+    let (code, out) = e.code(&["refresh"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("metaslot keystore token \"Elsewhere\" not found in any provider"),
+        "{out}"
+    );
+    assert!(!out.contains("provider(s) OK"), "{out}");
+    let o = e.run(&["refresh", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["problems"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["providers"][0]["ok"], true, "{v}");
+
+    // With the metaslot disabled the keystore is not needed: no problem, no refusal.
+    e.ok(&["enable", "metaslot", "token=OpenCF Softtoken"]);
+    e.ok(&["disable", "metaslot"]);
+    e.ok(&["enable", "metaslot", "token=Elsewhere"]);
+    assert_eq!(e.code(&["refresh"]).0, 0);
+    e.ok(&["enable", "metaslot", "token=OpenCF Softtoken"]);
+    e.quiet(&["uninstall", "provider=soft2"]);
+    // Turning the metaslot on without its keystore warns as well.
+    let o = e.run(&["enable", "metaslot"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: no configured provider has a token"),
+        "{err}"
+    );
+}
+
+/// A configuration file that does not exist: the framework refuses to start when
+/// $OPENCF_CONF names it, and listings say so; a file named only with --config is shown as
+/// the built-in default a first edit starts from. Edits create the file.
+#[test]
+fn a_missing_config_file_is_reported() {
+    let e = Env::new();
+    let home = e.dir.path().join("home");
+    let envs = |c: &mut Command| {
+        c.env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"));
+    };
+    let code = |c: &mut Command| {
+        envs(c);
+        let o = c.output().unwrap();
+        (
+            o.status.code().unwrap(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+
+    // --config only: not the framework's file.
+    let (c, out, err) = code(&mut e.cmd(&["list"]));
+    assert_eq!(c, 0, "{out}{err}");
+    let want = format!("built-in default (no file at {})", e.cfg.display());
+    assert!(out.contains(&format!("Configuration: {want}\n")), "{out}");
+    assert!(err.is_empty(), "{err}");
+    if let Some(so) = softtoken() {
+        link(&e.lib, "libopencf_softtoken.so", &so);
+        let (c, out, err) = code(&mut e.cmd(&["refresh"]));
+        assert_eq!(c, 0, "{out}{err}");
+        assert!(out.contains(&format!("{want}: 1 provider(s) OK")), "{out}");
+    }
+    let (c, out, _) = code(&mut e.cmd(&["list", "--json"]));
+    assert_eq!(c, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["config"], "built-in default");
+    assert_eq!(v["missing"]["path"], e.cfg.display().to_string());
+    assert_eq!(v["missing"]["framework_refuses"], false);
+
+    // $OPENCF_CONF names it, with --config the same file or without --config.
+    let framework = |args: &[&str], with_option: bool| {
+        let mut c = if with_option {
+            e.cmd(args)
+        } else {
+            let mut c = Command::new(BIN);
+            c.args(args).env("OPENCF_LIB_DIR", &e.lib);
+            c
+        };
+        c.env("OPENCF_CONF", &e.cfg);
+        code(&mut c)
+    };
+    for with_option in [true, false] {
+        let (c, out, err) = framework(&["refresh"], with_option);
+        assert_eq!(c, 1, "{out}{err}");
+        assert!(
+            out.contains(&format!(
+                "{} (named by OPENCF_CONF) does not exist: the framework refuses to start",
+                e.cfg.display()
+            )),
+            "{out}"
+        );
+        assert!(!out.contains("OK"), "{out}");
+        let (c, out, _) = framework(&["refresh", "--json"], with_option);
+        assert_eq!(c, 1);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["problems"].as_array().unwrap().len(), 1, "{v}");
+        assert_eq!(v["missing"]["framework_refuses"], true, "{v}");
+        for args in [&["list"][..], &["list", "-p"], &["list", "metaslot"]] {
+            let (c, out, err) = framework(args, with_option);
+            assert_eq!(c, 0, "{args:?}: {out}{err}");
+            assert!(
+                err.contains("warning: OPENCF_CONF names")
+                    && err.contains("the framework refuses to start"),
+                "{args:?}: {err}"
+            );
+        }
+        let (_, out, _) = framework(&["list"], with_option);
+        assert!(
+            out.contains("Configuration: ") && out.contains("the framework refuses to start"),
+            "{out}"
+        );
+        let (_, out, _) = framework(&["list", "metaslot"], with_option);
+        assert!(
+            out.contains("Source: ") && out.contains("the framework refuses to start"),
+            "{out}"
+        );
+    }
+    assert!(!e.cfg.exists(), "listings write nothing");
+
+    // An edit creates the file; from then on it is listed as it is.
+    let (c, out, err) = framework(&["disable", "metaslot", "auto-key-migrate"], false);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(e.cfg.exists());
+    let (c, out, err) = framework(&["list"], false);
+    assert_eq!(c, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("Configuration: {}", e.cfg.display())) && err.is_empty(),
+        "{out}{err}"
+    );
 }

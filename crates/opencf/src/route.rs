@@ -706,6 +706,8 @@ impl OpenCf {
         len: Option<usize>,
     ) -> CkResult<Bound> {
         let mut last = CKR_MECHANISM_INVALID;
+        // The providers whose init failed: fallbacks once a later one takes the operation.
+        let mut left_behind: Vec<usize> = Vec::new();
         let mt = mech.mechanism();
         let cands = &route.cands[..];
         let end = among.end.min(cands.len());
@@ -758,11 +760,13 @@ impl OpenCf {
             }
             match r {
                 Ok(()) => {
+                    self.fallbacks(&left_behind, mt);
                     let counters = self.providers[prov].stats.map(|s| ms.counters(prov, mt, s));
                     return Ok(Bound { counters, ..b });
                 }
                 Err(e) if recoverable(e) => {
-                    self.left(prov, mt, e, i + 1 < cands.len());
+                    self.left(prov, mt, e);
+                    left_behind.push(prov);
                     last = e;
                 }
                 Err(e) => return Err(e),
@@ -819,7 +823,7 @@ impl OpenCf {
                     }
                     Err(e) => {
                         if recoverable(e) {
-                            self.left(d.b.prov, mt, e, false);
+                            self.left(d.b.prov, mt, e);
                         }
                         Err(e)
                     }
@@ -966,6 +970,8 @@ impl OpenCf {
         // Where the next binding starts, and the error that made it necessary (failover).
         let mut start = 0;
         let mut failed = None;
+        // The providers that failed the call: fallbacks once another one answers it.
+        let mut left_behind: Vec<usize> = Vec::new();
         loop {
             // The operation stays in place in the session; it is taken out only to bind it.
             let msr = &mut *ms;
@@ -979,7 +985,8 @@ impl OpenCf {
                     msr.ops[kind as usize] = None;
                     return Err(e);
                 }
-                self.left(b.prov, op.mech, e, true);
+                self.left(b.prov, op.mech, e);
+                left_behind.push(b.prov);
                 op.bound = None;
                 start = b.idx + 1;
                 failed = Some(e);
@@ -1010,6 +1017,9 @@ impl OpenCf {
                 Err(e) if recoverable(e) => failure = Some((b, e)),
                 r => {
                     ran(b.counters, &r, len as u64, t0);
+                    if let Some(op) = msr.ops[kind as usize].as_ref() {
+                        self.fallbacks(&left_behind, op.mech);
+                    }
                     msr.keep_pending(kind, &b, &r);
                     if let Err(e) = r {
                         self.ended_in_provider(&b, kind, e);
@@ -1128,9 +1138,11 @@ impl OpenCf {
         r
     }
 
-    /// Counts a recoverable error `e` of provider `prov` (`cryptoadm stat`): an error, busy if
-    /// it said so (`CKR_DEVICE_MEMORY`), and a fallback if another candidate takes over.
-    fn left(&self, prov: usize, mech: CK_MECHANISM_TYPE, e: CK_RV, fallback: bool) {
+    /// Counts a recoverable error `e` of provider `prov` (`cryptoadm stat`): an error, or busy
+    /// if it said so (`CKR_DEVICE_MEMORY`). The fallback is counted once another candidate
+    /// has taken the operation over ([`OpenCf::fallbacks`]), not before: with none left, or
+    /// none that could, the caller gets the error and nothing fell back.
+    fn left(&self, prov: usize, mech: CK_MECHANISM_TYPE, e: CK_RV) {
         let Some(stats) = self.providers[prov].stats else {
             return;
         };
@@ -1140,8 +1152,14 @@ impl OpenCf {
         } else {
             c.error();
         }
-        if fallback {
-            c.fallback();
+    }
+
+    /// Counts a fallback of each provider in `left_behind`: another one took over `mech`.
+    fn fallbacks(&self, left_behind: &[usize], mech: CK_MECHANISM_TYPE) {
+        for &prov in left_behind {
+            if let Some(stats) = self.providers[prov].stats {
+                stats.mech(mech).fallback();
+            }
         }
     }
 

@@ -822,6 +822,52 @@ fn clones_are_slot_0s_own() {
     p.finalize().unwrap();
 }
 
+/// A fallback is counted (`cryptoadm stat`) when another provider takes the operation over,
+/// not when the caller gets an error all the same: with the faulty provider failing, a
+/// signature refused by the keystore for its key's usage counts the faulty provider's error
+/// and no fallback; one the keystore makes counts a fallback.
+#[test]
+fn a_fallback_is_counted_when_another_provider_takes_over() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("takeover", "device-error", true, "");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let hmac_key = |sign: bool| {
+        s.create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::GENERIC_SECRET),
+            Attribute::Value(vec![7; 32]),
+            Attribute::Token(false),
+            Attribute::Sign(sign),
+        ])
+        .unwrap()
+    };
+    let f0 = provider_stats("faulty");
+    match s.sign(&Mechanism::Sha256Hmac, hmac_key(false), b"data") {
+        Err(Error::Pkcs11(RvError::KeyFunctionNotPermitted, _)) => {}
+        other => panic!("a key that may not sign: {other:?}"),
+    }
+    let f1 = provider_stats("faulty");
+    assert!(
+        f1[1] > f0[1],
+        "the faulty provider's error is counted: {f0:?} -> {f1:?}"
+    );
+    assert_eq!(
+        f1[2], f0[2],
+        "no fallback: no provider took the operation over"
+    );
+    s.sign(&Mechanism::Sha256Hmac, hmac_key(true), b"data")
+        .unwrap();
+    let f2 = provider_stats("faulty");
+    assert_eq!(
+        f2[2],
+        f1[2] + 1,
+        "one fallback: the keystore signed: {f1:?} -> {f2:?}"
+    );
+    drop(s);
+    p.finalize().unwrap();
+}
+
 /// A new AES-128 encryption key through `s`.
 fn aes_128(s: &Session, token: bool, private: bool) -> ObjectHandle {
     s.generate_key(

@@ -36,6 +36,29 @@ pub fn dir_from_maps(maps: &str) -> Option<PathBuf> {
         .and_then(|p| p.parent().map(Path::to_path_buf))
 }
 
+/// The functions slot 0 routes to any provider (`route.rs`).
+const ROUTED: CK_FLAGS = CKF_ENCRYPT
+    | CKF_DECRYPT
+    | CKF_DIGEST
+    | CKF_SIGN
+    | CKF_SIGN_RECOVER
+    | CKF_VERIFY
+    | CKF_VERIFY_RECOVER;
+
+/// The functions slot 0 runs in the keystore only (`OpenCf::keystore_allows`).
+const KEYSTORE_ONLY: CK_FLAGS = CKF_GENERATE
+    | CKF_GENERATE_KEY_PAIR
+    | CKF_WRAP
+    | CKF_UNWRAP
+    | CKF_DERIVE
+    | CKF_ENCAPSULATE
+    | CKF_DECAPSULATE
+    | CKF_MESSAGE_ENCRYPT
+    | CKF_MESSAGE_DECRYPT
+    | CKF_MESSAGE_SIGN
+    | CKF_MESSAGE_VERIFY
+    | CKF_MULTI_MESSAGE;
+
 impl OpenCf {
     /// `C_Initialize`.
     pub fn init(args: &InitArgs) -> CkResult<OpenCf> {
@@ -70,10 +93,20 @@ impl OpenCf {
                     return Err(CKR_FUNCTION_FAILED);
                 }
                 Some(k) => {
+                    // Slot 0 runs key management and the message-based functions in the
+                    // keystore only: another provider's flags for them would offer what slot
+                    // 0 then refuses, so only its routed functions count.
                     let mut mechs = HashMap::new();
-                    for p in &provs {
+                    for (idx, p) in provs.iter().enumerate() {
                         for (m, i) in &p.mechs {
-                            merge_mech(&mut mechs, *m, i);
+                            let mut i = *i;
+                            if idx != k {
+                                if i.flags & ROUTED == 0 {
+                                    continue;
+                                }
+                                i.flags &= !KEYSTORE_ONLY;
+                            }
+                            merge_mech(&mut mechs, *m, &i);
                         }
                     }
                     meta = Some(MetaInfo {

@@ -457,6 +457,46 @@ fn init_softhsm(tag: &str) {
     );
 }
 
+/// Slot 0 makes, wraps and derives keys in the keystore only, so another provider's flags for
+/// those functions do not make slot 0 offer them: with the softtoken's AES and EC key
+/// generation disabled, slot 0 lists neither (SoftHSMv2 has both) and refuses both, while
+/// SoftHSMv2's routed mechanisms stay listed.
+#[test]
+fn slot_0_offers_key_management_as_the_keystore_does() {
+    if !Path::new(SOFTHSM).exists() {
+        eprintln!("skipped: {SOFTHSM} not installed");
+        return;
+    }
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    init_softhsm("keymgmt");
+    let conf = format!(
+        "{SOFTTOKEN_ONLY}disabled = [\"CKM_AES_KEY_GEN\", \"CKM_EC_KEY_PAIR_GEN\", \"CKM_ECDSA\"]\n\n\
+         [[provider]]\nname = \"softhsm\"\nmodule = \"{SOFTHSM}\"\n"
+    );
+    let (p, r) = load("keymgmt", &conf);
+    r.expect("C_Initialize with SoftHSM");
+    let meta = slot(&p, 0);
+    let list = p.get_mechanism_list(meta).unwrap();
+    use cryptoki::mechanism::MechanismType;
+    assert!(
+        !list.contains(&MechanismType::AES_KEY_GEN)
+            && !list.contains(&MechanismType::ECC_KEY_PAIR_GEN),
+        "slot 0 does not offer key generation its keystore may not do: {list:?}"
+    );
+    assert!(
+        list.contains(&MechanismType::ECDSA),
+        "SoftHSMv2's ECDSA is routed"
+    );
+    let s = p.open_rw_session(meta).unwrap();
+    login_changing_pin(&p, meta, &s);
+    match s.generate_key(&Mechanism::AesKeyGen, &[Attribute::ValueLen(16.into())]) {
+        Err(Error::Pkcs11(RvError::MechanismInvalid, _)) => {}
+        other => panic!("C_GenerateKey(CKM_AES_KEY_GEN) on slot 0: {other:?}"),
+    }
+    drop(s);
+    p.finalize().unwrap();
+}
+
 /// How many objects of `class` labelled `label` SoftHSM holds (clones are public session
 /// objects, visible without login). Asked of the SoftHSM module itself, behind the framework
 /// (the file the framework loaded, so the same instance): the framework's own slot for

@@ -81,6 +81,19 @@ impl OpenCf {
             if self.providers.iter().any(|pr| pr.offers_async()) {
                 ti.flags |= CKF_ASYNC_SESSION_SUPPORTED;
             }
+            // Random numbers come from the providers with `random` on (`random.rs`).
+            let rng = self.providers.iter().any(|pr| {
+                pr.cfg.random
+                    && pr
+                        .meta_slot
+                        .and_then(|s| pr.p.get_token_info(s).ok())
+                        .is_some_and(|t| t.flags & CKF_RNG != 0)
+            });
+            if rng {
+                ti.flags |= CKF_RNG;
+            } else {
+                ti.flags &= !CKF_RNG;
+            }
             return Ok(ti);
         }
         let (p, ps) = self.provider_slot(slot)?;

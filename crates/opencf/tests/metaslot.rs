@@ -401,6 +401,22 @@ fn random_numbers_come_from_the_first_random_provider() {
         ),
         "the software token's generator takes no seed, and slot 0 says so"
     );
+    assert!(p.get_token_info(slot(&p, 0)).unwrap().rng(), "CKF_RNG");
+    drop(s);
+    p.finalize().unwrap();
+
+    // No provider gives random numbers: slot 0 does not flag CKF_RNG, and has none to give.
+    let (p, r) = load("no-random", &format!("{SOFTTOKEN_ONLY}random = false\n"));
+    r.expect("C_Initialize");
+    assert!(
+        !p.get_token_info(slot(&p, 0)).unwrap().rng(),
+        "no CKF_RNG without a random provider"
+    );
+    let s = p.open_ro_session(slot(&p, 0)).unwrap();
+    assert!(matches!(
+        s.generate_random_vec(16).unwrap_err(),
+        Error::Pkcs11(RvError::RandomNoRng, _)
+    ));
     drop(s);
     p.finalize().unwrap();
 

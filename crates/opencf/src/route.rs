@@ -460,11 +460,21 @@ impl OpenCf {
         guards: &[AttrValue],
     ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
         let ks = self.p(self.meta()?.keystore);
+        // The class is the first guard; the rest of what the clone needs besides its value
+        // comes in one call.
+        let class = ulong_of(&guards[0])?;
         let head = ks
-            .get_attribute_value(ms.ks, key, &[CKA_CLASS, CKA_KEY_TYPE])
+            .get_attribute_value(
+                ms.ks,
+                key,
+                &[CKA_KEY_TYPE, CKA_ALWAYS_AUTHENTICATE, CKA_LABEL, CKA_ID],
+            )
             .map_err(key_handle_error)?;
-        let class = ulong_of(&head[0])?;
-        let kt = ulong_of(&head[1])?;
+        let kt = ulong_of(&head[0])?;
+        // A key that wants the user's PIN before each use stays where that is enforced.
+        if is_true(&head[1]) {
+            return Ok(None);
+        }
         let vals_t = value_attrs(class, kt);
         let vals = ks.get_attribute_value(ms.ks, key, &vals_t)?;
         let target = &self.providers[prov];
@@ -478,13 +488,9 @@ impl OpenCf {
             Attribute::bool(CKA_TOKEN, false),
             Attribute::bool(CKA_PRIVATE, false),
         ];
-        for (t, v) in [CKA_LABEL, CKA_ID].iter().zip(ks.get_attribute_value(
-            ms.ks,
-            key,
-            &[CKA_LABEL, CKA_ID],
-        )?) {
+        for (t, v) in [CKA_LABEL, CKA_ID].iter().zip(&head[2..]) {
             if let AttrValue::Value(b) = v {
-                tmpl.push(Attribute::new(*t, b));
+                tmpl.push(Attribute::new(*t, b.clone()));
             }
         }
         // Every usage flag the key has, false ones too: left out, a flag takes the target's
@@ -494,12 +500,7 @@ impl OpenCf {
                 tmpl.push(Attribute::bool(*t, is_true(v)));
             }
         }
-        // The clone keeps the key's mechanism restriction; a key that wants the user's PIN
-        // before each use stays where that is enforced.
-        let always_auth = ks.get_attribute_value(ms.ks, key, &[CKA_ALWAYS_AUTHENTICATE])?;
-        if is_true(&always_auth[0]) {
-            return Ok(None);
-        }
+        // The clone keeps the key's mechanism restriction.
         if let AttrValue::Value(b) = &guards[GUARD_ALLOWED] {
             if !b.is_empty() {
                 tmpl.push(Attribute::new(CKA_ALLOWED_MECHANISMS, b.clone()));

@@ -9,6 +9,7 @@ use crate::token::{store_err, Token, LOGGED_SO};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{AttrValue, Attribute, CkResult};
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -74,6 +75,72 @@ impl Object {
             cache: &self.cache,
         }
     }
+    /// `CKA_PUBLIC_KEY_INFO` of a public or private key, derived from the key (see
+    /// [`key_info_of`]); `None` for the other classes, whose stored value stands.
+    fn derived_key_info(&self) -> Option<Vec<u8>> {
+        key_info_of(&self.attrs, &self.cache)
+    }
+    /// The attributes with a public or private key's `CKA_PUBLIC_KEY_INFO` added, for a
+    /// template that names it (`C_SetAttributeValue`, `C_CopyObject`).
+    fn attrs_for(&self, template: &AttrMap) -> Cow<'_, AttrMap> {
+        let info = template
+            .contains_key(&CKA_PUBLIC_KEY_INFO)
+            .then(|| self.derived_key_info())
+            .flatten();
+        match info {
+            Some(info) => {
+                let mut attrs = self.attrs.clone();
+                attrs.insert(CKA_PUBLIC_KEY_INFO, info);
+                Cow::Owned(attrs)
+            }
+            None => Cow::Borrowed(&self.attrs),
+        }
+    }
+}
+
+/// Whether objects of this class have their `CKA_PUBLIC_KEY_INFO` derived from the key.
+fn derives_key_info(attrs: &AttrMap) -> bool {
+    matches!(
+        attrs.ulong(CKA_CLASS),
+        Ok(Some(CKO_PUBLIC_KEY | CKO_PRIVATE_KEY))
+    )
+}
+
+/// `CKA_PUBLIC_KEY_INFO` of a public or private key: computed from the key material whenever
+/// it is read, never stored (docs/SOFTTOKEN.md), so that keys of older keystores have it too
+/// and a stored value cannot disagree with the key. Empty where the key has none to give.
+fn key_info_of(attrs: &AttrMap, cache: &KeyCache) -> Option<Vec<u8>> {
+    derives_key_info(attrs).then(|| mech::public_key_info(Key { attrs, cache }).unwrap_or_default())
+}
+
+/// Leaves a public or private key's `CKA_PUBLIC_KEY_INFO` out of what is stored (a copy or a
+/// change of a key read from an older keystore may carry one).
+fn forget_key_info(attrs: &mut AttrMap) {
+    if derives_key_info(attrs) {
+        attrs.remove(&CKA_PUBLIC_KEY_INFO);
+    }
+}
+
+/// Takes a public or private key's `CKA_PUBLIC_KEY_INFO` out of the attributes to be stored.
+/// A value given when the key is made must be the key's own (an empty one says nothing):
+/// another is `CKR_ATTRIBUTE_VALUE_INVALID` in `C_CreateObject`, and
+/// `CKR_TEMPLATE_INCONSISTENT` for a key generated, unwrapped or derived, as any other
+/// template attribute that disagrees with the key.
+fn take_key_info(attrs: &mut AttrMap, origin: Origin) -> CkResult<()> {
+    if !derives_key_info(attrs) {
+        return Ok(());
+    }
+    let Some(given) = attrs.remove(&CKA_PUBLIC_KEY_INFO) else {
+        return Ok(());
+    };
+    if given.is_empty() || key_info_of(attrs, &KeyCache::default()).as_ref() == Some(&given) {
+        return Ok(());
+    }
+    Err(if origin == Origin::Created {
+        CKR_ATTRIBUTE_VALUE_INVALID
+    } else {
+        CKR_TEMPLATE_INCONSISTENT
+    })
 }
 
 impl SoftToken {
@@ -119,6 +186,7 @@ impl SoftToken {
         self.check_writable(sess, token, private)?;
         let handle = self.new_object_handle();
         let mut attrs = attrs;
+        forget_key_info(&mut attrs);
         attrs.insert(
             CKA_UNIQUE_ID,
             format!("{:016x}", self.new_unique_id()).into_bytes(),
@@ -213,6 +281,7 @@ impl SoftToken {
                 mech::complete_key(class, key_type, &mut attrs)?;
             }
         }
+        take_key_info(&mut attrs, origin)?;
         if class == CKO_CERTIFICATE {
             let ct = attrs.ulong(CKA_CERTIFICATE_TYPE)?.unwrap_or(CKC_X_509);
             if ct != CKC_X_509 {
@@ -254,10 +323,11 @@ impl SoftToken {
         }
         let t = attrs::from_template(template)?;
         let so = sess.token.login() == LOGGED_SO;
-        let mut attrs = obj.attrs.clone();
+        let current = obj.attrs_for(&t);
         for (k, v) in &t {
-            policy::check_change(&obj.attrs, *k, v, so, true)?;
+            policy::check_change(&current, *k, v, so, true)?;
         }
+        let mut attrs = obj.attrs.clone();
         for (k, v) in t {
             attrs.insert(k, v);
         }
@@ -304,6 +374,9 @@ impl SoftToken {
         Ok(types
             .iter()
             .map(|t| match obj.attrs.get(t) {
+                _ if *t == CKA_PUBLIC_KEY_INFO && derives_key_info(&obj.attrs) => {
+                    AttrValue::Value(obj.derived_key_info().unwrap_or_default())
+                }
                 None => AttrValue::Invalid,
                 Some(_) if policy::is_hidden(&obj.attrs, *t) => AttrValue::Sensitive,
                 Some(v) => AttrValue::Value(v.clone()),
@@ -327,13 +400,15 @@ impl SoftToken {
         self.check_writable(&sess, obj.is_token(), false)?;
         let t = attrs::from_template(template)?;
         let so = sess.token.login() == LOGGED_SO;
+        let current = obj.attrs_for(&t);
         for (k, v) in &t {
-            policy::check_change(&obj.attrs, *k, v, so, false)?;
+            policy::check_change(&current, *k, v, so, false)?;
         }
         let mut attrs = obj.attrs.clone();
         for (k, v) in t {
             attrs.insert(k, v);
         }
+        forget_key_info(&mut attrs);
         if let Some(id) = obj.store_id {
             let mk = sess.token.master_key();
             sess.token
@@ -365,8 +440,12 @@ impl SoftToken {
         if st.find.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let t: Vec<(CK_ATTRIBUTE_TYPE, Vec<u8>)> =
-            template.iter().map(|a| (a.kind, a.value.clone())).collect();
+        // A key's CKA_PUBLIC_KEY_INFO is not stored: it is compared as derived, and only
+        // for the objects the rest of the template matches.
+        let (info, t): (Vec<_>, Vec<_>) = template
+            .iter()
+            .map(|a| (a.kind, a.value.clone()))
+            .partition(|(k, _)| *k == CKA_PUBLIC_KEY_INFO);
         sess.token.refresh(self, false)?;
         let logged_in = sess.token.user_logged_in();
         let mut found: Vec<CK_OBJECT_HANDLE> = self
@@ -375,6 +454,11 @@ impl SoftToken {
                 o.slot == sess.slot
                     && (logged_in || !o.is_private())
                     && policy::matches(&o.attrs, &t)
+                    && (info.is_empty()
+                        || o.derived_key_info().map_or_else(
+                            || policy::matches(&o.attrs, &info),
+                            |have| info.iter().all(|(_, v)| *v == have),
+                        ))
             })
             .iter()
             .map(|o| o.handle)

@@ -24,6 +24,8 @@
 //! * `key_cache_*`: a logged-in session's key cache must follow object
 //!   changes, destruction and logout.
 //! * `copy_object`: `C_CopyObject`, `CKA_COPYABLE`, `C_GetObjectSize`.
+//! * `public_key_info`: `CKA_PUBLIC_KEY_INFO` of generated and imported keys of every family
+//!   against OpenSSL's encoding, and the values that are not the key's, refused.
 //!
 //! `fork()` is not covered here: it cannot be done without `unsafe`, and
 //! `pkcs11-tool --test-fork` covers it.
@@ -47,7 +49,10 @@ use cryptoki::context::{CInitializeArgs, CInitializeFlags, Function, Pkcs11};
 use cryptoki::error::{Rv, RvError};
 use cryptoki::mechanism::aead::{GcmMessageParams, GeneratorFunction};
 use cryptoki::mechanism::{Mechanism, MessageParam};
-use cryptoki::object::{Attribute, AttributeType, ObjectClass, ObjectHandle};
+use cryptoki::object::{
+    Attribute, AttributeType, MlDsaParameterSetType, MlKemParameterSetType, ObjectClass,
+    ObjectHandle,
+};
 use cryptoki::session::{Session, UserType};
 use cryptoki::slot::Slot;
 use cryptoki::types::AuthPin;
@@ -56,11 +61,12 @@ use openssl::ec::{EcGroup, EcKey, EcPoint};
 use openssl::ecdsa::EcdsaSig;
 use openssl::hash::{hash, MessageDigest};
 use openssl::nid::Nid;
-use openssl::pkey::PKey;
+use openssl::pkey::{KeyType, PKey};
 use openssl::rsa::{Padding, Rsa};
 use openssl::sign::{Signer, Verifier};
 use openssl::symm::{encrypt, encrypt_aead, Cipher};
 use pkcs11::types::{CK_MECHANISM, CK_RV, CK_ULONG};
+use pkcs11_tests::keys::{self, Curve, Rfc8410};
 use pkcs11_tests::{describe, rv_of, TestToken};
 use std::io::Write as _;
 use std::path::Path;
@@ -1870,4 +1876,238 @@ fn copy_object() {
         "C_CopyObject(sensitive key, CKA_SENSITIVE=false): {}",
         describe(&r.unwrap_err())
     ));
+}
+
+// ------------------------------------------------------------------ 10. public key info
+
+/// `CKA_PUBLIC_KEY_INFO` of `h`.
+#[track_caller]
+fn key_info(s: &Session, h: ObjectHandle, what: &str) -> Vec<u8> {
+    match ok(
+        s.get_attributes(h, &[AttributeType::PublicKeyInfo]),
+        &format!("C_GetAttributeValue(CKA_PUBLIC_KEY_INFO) of {what}"),
+    )
+    .pop()
+    {
+        Some(Attribute::PublicKeyInfo(v)) => v,
+        other => panic!("CKA_PUBLIC_KEY_INFO of {what}: got {other:?}"),
+    }
+}
+
+/// One attribute of `h` as bytes.
+#[track_caller]
+fn raw_attr(s: &Session, h: ObjectHandle, t: AttributeType) -> Vec<u8> {
+    let a = ok(
+        s.get_attributes(h, &[t]),
+        &format!("C_GetAttributeValue({t})"),
+    );
+    match a.as_slice() {
+        [Attribute::EcPoint(v)] | [Attribute::Value(v)] => v.clone(),
+        other => panic!("{t}: got {other:?}"),
+    }
+}
+
+/// The SubjectPublicKeyInfo OpenSSL encodes for the public key object `h`, built from its
+/// public attributes; `raw` names the OpenSSL key type of a key given by raw bytes (EdDSA,
+/// XDH: `CKA_EC_POINT`; ML-DSA, ML-KEM: `CKA_VALUE`). RSA and P-256 keys have `None`.
+fn openssl_spki(s: &Session, h: ObjectHandle, rsa: bool, raw: Option<KeyType>) -> Vec<u8> {
+    let pkey = match raw {
+        None if rsa => PKey::from_rsa(rsa_public(s, h)).unwrap(),
+        None => PKey::from_ec_key(ec_public(s, h)).unwrap(),
+        Some(kt) => {
+            let bytes = if [KeyType::ML_DSA_44, KeyType::ML_KEM_768].contains(&kt) {
+                raw_attr(s, h, AttributeType::Value)
+            } else {
+                // DER OCTET STRING around the RFC 8032 / RFC 7748 key (short form).
+                raw_attr(s, h, AttributeType::EcPoint)[2..].to_vec()
+            };
+            PKey::public_key_from_raw_bytes_ex(None, kt, None, &bytes).unwrap()
+        }
+    };
+    pkey.public_key_to_der().unwrap()
+}
+
+/// `CKA_PUBLIC_KEY_INFO` of generated public and private keys of every family is the DER
+/// SubjectPublicKeyInfo of the key (an EC private key, which has no `CKA_EC_POINT`, derives it
+/// from its value); a value given at creation, generation or unwrapping that is not the key's
+/// is refused; a search by it finds both halves of the pair.
+#[test]
+fn public_key_info() {
+    let _g = shared();
+    let env = env();
+    let s = env.token.session();
+    let label = unique("spki");
+    let ml_dsa = Attribute::ParameterSet(MlDsaParameterSetType::ML_DSA_44.into());
+    let ml_kem = Attribute::ParameterSet(MlKemParameterSetType::ML_KEM_768.into());
+    let (rsa_pub, rsa_priv) = rsa_pair(&s);
+    let (ec_pub, ec_priv) = ec_pair(&s, false, &label);
+    let mut pairs = vec![
+        ("RSA-2048", rsa_pub, rsa_priv, true, None),
+        ("P-256", ec_pub, ec_priv, false, None),
+    ];
+    let mut more: Vec<_> = [
+        ("Ed25519", Rfc8410::Ed25519, KeyType::ED25519),
+        ("Ed448", Rfc8410::Ed448, KeyType::ED448),
+        ("X25519", Rfc8410::X25519, KeyType::X25519),
+        ("X448", Rfc8410::X448, KeyType::X448),
+    ]
+    .into_iter()
+    .map(|(what, c, kt)| {
+        let m = match c {
+            Rfc8410::Ed25519 | Rfc8410::Ed448 => Mechanism::EccEdwardsKeyPairGen,
+            Rfc8410::X25519 | Rfc8410::X448 => Mechanism::EccMontgomeryKeyPairGen,
+        };
+        (what, m, Attribute::EcParams(c.ec_params()), kt)
+    })
+    .collect();
+    more.push((
+        "ML-DSA-44",
+        Mechanism::MlDsaKeyPairGen,
+        ml_dsa,
+        KeyType::ML_DSA_44,
+    ));
+    more.push((
+        "ML-KEM-768",
+        Mechanism::MlKemKeyPairGen,
+        ml_kem,
+        KeyType::ML_KEM_768,
+    ));
+    for (what, m, param, kt) in more {
+        let t = [Attribute::Token(false), param];
+        let (p, q) = ok(
+            s.generate_key_pair(&m, &t, &[Attribute::Token(false)]),
+            &format!("C_GenerateKeyPair({what})"),
+        );
+        pairs.push((what, p, q, false, Some(kt)));
+    }
+    for (what, public, private, rsa, raw) in pairs {
+        let want = openssl_spki(&s, public, rsa, raw);
+        assert_eq!(
+            key_info(&s, public, what),
+            want,
+            "{what} public key: CKA_PUBLIC_KEY_INFO is not the key's SubjectPublicKeyInfo"
+        );
+        assert_eq!(
+            key_info(&s, private, what),
+            want,
+            "{what} private key: CKA_PUBLIC_KEY_INFO is not the key's SubjectPublicKeyInfo"
+        );
+    }
+
+    // C_CreateObject: the key's own value, or an empty one, is taken; another is refused.
+    let rsa_key = rsa_public(&s, rsa_pub);
+    let rsa_spki = key_info(&s, rsa_pub, "RSA-2048");
+    let ec_spki = key_info(&s, ec_pub, "P-256");
+    let rsa_template = |info: &[u8]| {
+        let mut t = keys::rsa_public(&rsa_key.n().to_vec(), &rsa_key.e().to_vec());
+        t.push(Attribute::PublicKeyInfo(info.to_vec()));
+        t
+    };
+    for (bad, what) in [
+        (&[0x30, 0x03, 0x02, 0x01, 0x00][..], "a DER INTEGER 0"),
+        (&ec_spki[..], "another key's SubjectPublicKeyInfo"),
+    ] {
+        expect(
+            s.create_object(&rsa_template(bad)),
+            RvError::AttributeValueInvalid,
+            &format!("C_CreateObject of an RSA public key with CKA_PUBLIC_KEY_INFO {what}"),
+        );
+    }
+    for given in [&rsa_spki[..], &[][..]] {
+        let h = ok(
+            s.create_object(&rsa_template(given)),
+            "C_CreateObject of an RSA public key with its own or an empty CKA_PUBLIC_KEY_INFO",
+        );
+        assert_eq!(key_info(&s, h, "an imported RSA public key"), rsa_spki);
+    }
+
+    // An EC private key imported by its value alone.
+    let ossl = EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap();
+    let scalar = ossl.private_key().to_vec_padded(32).unwrap();
+    let want = PKey::from_ec_key(ossl)
+        .unwrap()
+        .public_key_to_der()
+        .unwrap();
+    let t = keys::ec_private(Curve::P256, &scalar).unwrap();
+    let h = ok(s.create_object(&t), "C_CreateObject of a P-256 private key");
+    assert_eq!(key_info(&s, h, "an imported P-256 private key"), want);
+
+    // Generation and unwrapping: CKR_TEMPLATE_INCONSISTENT.
+    let garbage = Attribute::PublicKeyInfo(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
+    let public = [Attribute::Token(false), Attribute::EcParams(P256.to_vec())];
+    for (p, q, what) in [
+        (vec![garbage.clone()], vec![], "public"),
+        (vec![], vec![garbage.clone()], "private"),
+    ] {
+        expect(
+            s.generate_key_pair(
+                &Mechanism::EccKeyPairGen,
+                &[&public[..], &p].concat(),
+                &[&[Attribute::Token(false)][..], &q].concat(),
+            ),
+            RvError::TemplateInconsistent,
+            &format!("C_GenerateKeyPair with a {what} CKA_PUBLIC_KEY_INFO that is not the key's"),
+        );
+    }
+    let kek = aes_key(&s, &[Attribute::Wrap(true), Attribute::Unwrap(true)]);
+    let iv = [7u8; 16];
+    let wrapped = ok(
+        s.wrap_key(&Mechanism::AesCbcPad(iv), kek, ec_priv),
+        "C_WrapKey(P-256 private key)",
+    );
+    let unwrap_template = |info: &[u8]| {
+        vec![
+            Attribute::Class(ObjectClass::PRIVATE_KEY),
+            Attribute::KeyType(cryptoki::object::KeyType::EC),
+            Attribute::Token(false),
+            Attribute::Private(true),
+            Attribute::Sign(true),
+            Attribute::PublicKeyInfo(info.to_vec()),
+        ]
+    };
+    expect(
+        s.unwrap_key(
+            &Mechanism::AesCbcPad(iv),
+            kek,
+            &wrapped,
+            &unwrap_template(&rsa_spki),
+        ),
+        RvError::TemplateInconsistent,
+        "C_UnwrapKey with a CKA_PUBLIC_KEY_INFO that is not the key's",
+    );
+    let h = ok(
+        s.unwrap_key(
+            &Mechanism::AesCbcPad(iv),
+            kek,
+            &wrapped,
+            &unwrap_template(&ec_spki),
+        ),
+        "C_UnwrapKey with the key's CKA_PUBLIC_KEY_INFO",
+    );
+    assert_eq!(key_info(&s, h, "the unwrapped P-256 key"), ec_spki);
+
+    // A search by it; a change to another value.
+    let mut found = ok(
+        s.find_objects(&[
+            Attribute::Label(label.clone()),
+            Attribute::PublicKeyInfo(ec_spki.clone()),
+        ]),
+        "C_FindObjects by CKA_PUBLIC_KEY_INFO",
+    );
+    found.sort_by_key(|h| h.handle());
+    let mut pair = vec![ec_pub, ec_priv];
+    pair.sort_by_key(|h| h.handle());
+    assert_eq!(
+        found, pair,
+        "C_FindObjects by CKA_PUBLIC_KEY_INFO and label"
+    );
+    ok(
+        s.update_attributes(ec_pub, &[Attribute::PublicKeyInfo(ec_spki.clone())]),
+        "C_SetAttributeValue(CKA_PUBLIC_KEY_INFO) to the value it has",
+    );
+    expect(
+        s.update_attributes(ec_pub, &[Attribute::PublicKeyInfo(rsa_spki)]),
+        RvError::AttributeReadOnly,
+        "C_SetAttributeValue(CKA_PUBLIC_KEY_INFO) to another key's",
+    );
 }

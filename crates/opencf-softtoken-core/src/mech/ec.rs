@@ -352,6 +352,12 @@ fn public_key<'a>(
     Ok((key.cache.public.get_or_init(|| pkey), curve))
 }
 
+/// The public key of an EC, Edwards or Montgomery key object, public or private (a private
+/// key's is computed from `CKA_VALUE`), for its `CKA_PUBLIC_KEY_INFO`.
+pub(super) fn public_pkey<'a>(key: &Key<'a>) -> CkResult<&'a PKey<Public>> {
+    public_key(key, &[CKK_EC, CKK_EC_EDWARDS, CKK_EC_MONTGOMERY]).map(|(p, _)| p)
+}
+
 // ----- Signatures -----
 
 fn ecdsa_hash(m: CK_MECHANISM_TYPE) -> Option<Option<CK_MECHANISM_TYPE>> {

@@ -309,6 +309,20 @@ pub fn same_attribute_value(t: CK_ATTRIBUTE_TYPE, given: &[u8], made: &[u8]) -> 
     }
 }
 
+/// `CKA_PUBLIC_KEY_INFO` of a public or private key: the DER `SubjectPublicKeyInfo` of its
+/// public key, which a private key without its public part (an EC private key has no
+/// `CKA_EC_POINT`) computes from its private value. Empty for a key type OpenSSL has no
+/// encoding for (PKCS#11: the attribute "MAY be empty").
+pub fn public_key_info(key: Key) -> CkResult<Vec<u8>> {
+    let pkey = match key.key_type()? {
+        CKK_RSA => rsa::public_key(&key)?,
+        CKK_EC | CKK_EC_EDWARDS | CKK_EC_MONTGOMERY => ec::public_pkey(&key)?,
+        CKK_ML_DSA | CKK_ML_KEM => pqc::public_pkey(&key)?,
+        _ => return Ok(Vec::new()),
+    };
+    Ok(pkey.public_key_to_der().unwrap_or_default())
+}
+
 /// The bytes `C_WrapKey` encrypts: a secret key's `CKA_VALUE`, a private key's PKCS#8
 /// `PrivateKeyInfo` DER.
 pub fn key_to_bytes(key: Key) -> CkResult<Zeroizing<Vec<u8>>> {

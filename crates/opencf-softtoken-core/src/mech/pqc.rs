@@ -208,6 +208,12 @@ fn public_key<'a>(key: &Key<'a>, want: CK_KEY_TYPE) -> CkResult<(&'a PKey<Public
     Ok((key.cache.public.get_or_init(|| pkey), set))
 }
 
+/// The public key of an ML-DSA or ML-KEM key object, public or private, for its
+/// `CKA_PUBLIC_KEY_INFO`.
+pub(super) fn public_pkey<'a>(key: &Key<'a>) -> CkResult<&'a PKey<Public>> {
+    public_key(key, key.key_type()?).map(|(p, _)| p)
+}
+
 fn no_param(mech: &Mechanism) -> CkResult<()> {
     match &mech.param {
         MechParam::None => Ok(()),

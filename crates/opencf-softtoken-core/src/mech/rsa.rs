@@ -238,7 +238,7 @@ fn private_key<'a>(key: &Key<'a>) -> CkResult<&'a PKey<Private>> {
 }
 
 /// The cached public key of a `CKK_RSA` public key object (or of a private one).
-fn public_key<'a>(key: &Key<'a>) -> CkResult<&'a PKey<Public>> {
+pub(super) fn public_key<'a>(key: &Key<'a>) -> CkResult<&'a PKey<Public>> {
     check_rsa(key)?;
     if let Some(p) = key.cache.public.get() {
         return Ok(p);

@@ -26,6 +26,8 @@
 //! * `copy_object`: `C_CopyObject`, `CKA_COPYABLE`, `C_GetObjectSize`.
 //! * `public_key_info`: `CKA_PUBLIC_KEY_INFO` of generated and imported keys of every family
 //!   against OpenSSL's encoding, and the values that are not the key's, refused.
+//! * `mechanism_info_key_sizes_are_what_init_takes`: RSA and HMAC keys on both sides of the
+//!   key size range `C_GetMechanismInfo` gives, and what `C_SignInit`/`C_VerifyInit` answer.
 //!
 //! `fork()` is not covered here: it cannot be done without `unsafe`, and
 //! `pkcs11-tool --test-fork` covers it.
@@ -48,7 +50,7 @@
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Function, Pkcs11};
 use cryptoki::error::{Rv, RvError};
 use cryptoki::mechanism::aead::{GcmMessageParams, GeneratorFunction};
-use cryptoki::mechanism::{Mechanism, MessageParam};
+use cryptoki::mechanism::{Mechanism, MechanismType, MessageParam};
 use cryptoki::object::{
     Attribute, AttributeType, MlDsaParameterSetType, MlKemParameterSetType, ObjectClass,
     ObjectHandle,
@@ -2110,4 +2112,121 @@ fn public_key_info() {
         RvError::AttributeReadOnly,
         "C_SetAttributeValue(CKA_PUBLIC_KEY_INFO) to another key's",
     );
+}
+
+// ------------------------------------------------------------------ 11. key sizes
+
+/// `C_GetMechanismInfo`'s key size range of `m`.
+fn key_size_range(m: MechanismType) -> std::ops::RangeInclusive<usize> {
+    let env = env();
+    let i = ok(
+        env.token.pkcs11.get_mechanism_info(env.token.slot, m),
+        &format!("C_GetMechanismInfo({m})"),
+    );
+    i.min_key_size()..=i.max_key_size()
+}
+
+/// A key the token took must be one the mechanism's advertised range holds: its init
+/// answers `CKR_KEY_SIZE_RANGE` exactly for keys outside it (PKCS#11 3.0 §5.2). Returns
+/// whether the operation started.
+#[track_caller]
+fn init_agrees(
+    r: cryptoki::error::Result<()>,
+    range: &std::ops::RangeInclusive<usize>,
+    size: usize,
+    what: &str,
+) -> bool {
+    match r {
+        Ok(()) => {
+            assert!(
+                range.contains(&size),
+                "{what}: the init takes a key of size {size}, outside the advertised {range:?}"
+            );
+            true
+        }
+        Err(e) if rv_of(&e) == Some(RvError::KeySizeRange) => {
+            assert!(
+                !range.contains(&size),
+                "{what}: CKR_KEY_SIZE_RANGE for size {size}, inside the advertised {range:?}"
+            );
+            false
+        }
+        Err(e) => panic!("{what}: {}", describe(&e)),
+    }
+}
+
+/// RSA keys from 512 bits (what OpenSSL makes at least) to past the advertised maximum, and
+/// HMAC keys from one byte to past it: each key that can be made is used by the mechanism
+/// exactly when `C_GetMechanismInfo` says its size is in range.
+#[test]
+fn mechanism_info_key_sizes_are_what_init_takes() {
+    let _g = shared();
+    let env = env();
+    let s = env.token.session();
+
+    let range = key_size_range(MechanismType::SHA256_RSA_PKCS);
+    // A real 512-bit key signs (or is refused at init), and so does one of the minimum size.
+    let mut sizes = vec![512, *range.start()];
+    sizes.dedup();
+    for bits in sizes {
+        let rsa = Rsa::generate(bits as u32).unwrap();
+        let der = PKey::from_rsa(rsa).unwrap().private_key_to_pkcs8().unwrap();
+        let t = keys::rsa_private_pkcs8(&der).unwrap();
+        let Ok(h) = s.create_object(&t) else { continue };
+        let what = format!("C_SignInit(CKM_SHA256_RSA_PKCS) with RSA-{bits}");
+        if init_agrees(
+            s.sign_init(&Mechanism::Sha256RsaPkcs, h),
+            &range,
+            bits,
+            &what,
+        ) {
+            ok(s.sign_final(), &format!("C_SignFinal after {what}"));
+        }
+    }
+    // Public keys of any size are cheap: an odd modulus with its top bit set.
+    let mut sizes = vec![512, *range.end(), *range.end() + 1, 16384, 16385];
+    sizes.sort_unstable();
+    sizes.dedup();
+    for bits in sizes {
+        let mut n = vec![0x5au8; bits.div_ceil(8)];
+        n[0] = 1 << ((bits - 1) % 8);
+        *n.last_mut().unwrap() |= 1;
+        let Ok(h) = s.create_object(&keys::rsa_public(&n, &[1, 0, 1])) else {
+            continue;
+        };
+        let what = format!("C_VerifyInit(CKM_SHA256_RSA_PKCS) with a {bits}-bit public key");
+        if init_agrees(
+            s.verify_init(&Mechanism::Sha256RsaPkcs, h),
+            &range,
+            bits,
+            &what,
+        ) {
+            // A signature of the wrong length is refused, which ends the operation.
+            expect(
+                s.verify_final(&[0]),
+                RvError::SignatureLenRange,
+                &format!("C_VerifyFinal after {what}"),
+            );
+        }
+    }
+
+    for (m, ty) in [
+        (Mechanism::Sha256Hmac, MechanismType::SHA256_HMAC),
+        (Mechanism::Sha1Hmac, MechanismType::SHA1_HMAC),
+    ] {
+        let range = key_size_range(ty);
+        let (min, max) = (*range.start(), *range.end());
+        let mut sizes = vec![1, min.saturating_sub(1), min, 512, 513, 1000, max, max + 1];
+        sizes.retain(|n| *n > 0);
+        sizes.sort_unstable();
+        sizes.dedup();
+        for len in sizes {
+            let t = keys::secret_key(cryptoki::object::KeyType::GENERIC_SECRET, &bytes(len, 9));
+            let Ok(h) = s.create_object(&t) else { continue };
+            let what = format!("C_SignInit({ty}) with a {len}-byte key");
+            if init_agrees(s.sign_init(&m, h), &range, len, &what) {
+                ok(s.sign_final(), &format!("C_SignFinal after {what}"));
+            }
+        }
+    }
 }

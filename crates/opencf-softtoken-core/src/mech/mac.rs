@@ -3,11 +3,11 @@
 //! OpenSSL's `EVP_MAC` ([`opencf_abi::ossl_sym::Mac`]).
 //!
 //! HMAC keys are `CKK_GENERIC_SECRET` or the `CKK_SHA*_HMAC` type of the mechanism's hash, of
-//! any length from one byte; CMAC keys are AES keys. The `_GENERAL` variants take the output
-//! length (`CK_MAC_GENERAL_PARAMS`), from 1 to the full MAC length. Verification compares in
-//! constant time.
+//! any length from one byte to 64 KiB (the range `C_GetMechanismInfo` gives); CMAC keys are
+//! AES keys. The `_GENERAL` variants take the output length (`CK_MAC_GENERAL_PARAMS`), from 1
+//! to the full MAC length. Verification compares in constant time.
 
-use super::{digest, ossl_err, Key, SignOp, VerifyOp};
+use super::{digest, ossl_err, sym, Key, SignOp, VerifyOp};
 use opencf_abi::ossl_sym::Mac;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, MechParam, Mechanism, OutBuf};
@@ -93,7 +93,8 @@ fn start(mech: &Mechanism, key: Key) -> CkResult<MacOp> {
             if kt != CKK_GENERIC_SECRET && kt != s.hmac_key_type {
                 return Err(CKR_KEY_TYPE_INCONSISTENT);
             }
-            if value.is_empty() {
+            // The mechanism table's range: every length such a key may have.
+            if sym::secret_len_fits(kt, value.len()) != Some(true) {
                 return Err(CKR_KEY_SIZE_RANGE);
             }
             let name = digest::ossl_name(hash).ok_or(CKR_MECHANISM_INVALID)?;

@@ -47,10 +47,12 @@ use openssl::sign::RsaPssSaltlen;
 use std::sync::OnceLock;
 use zeroize::Zeroizing;
 
-/// Smallest and largest modulus (bits) generated.
-const GEN_BITS: std::ops::RangeInclusive<CK_ULONG> = 1024..=8192;
-/// Smallest and largest modulus (bits) accepted on import.
-const IMPORT_BITS: std::ops::RangeInclusive<u32> = 512..=16384;
+/// Smallest and largest modulus (bits) generated: `CKM_RSA_PKCS_KEY_PAIR_GEN`'s range in the
+/// mechanism table.
+pub(super) const GEN_BITS: std::ops::RangeInclusive<CK_ULONG> = 1024..=8192;
+/// Smallest and largest modulus (bits) accepted on import, and so by every RSA operation: the
+/// range the mechanism table gives them (SoftHSMv2's too), checked again at each init.
+pub(super) const IMPORT_BITS: std::ops::RangeInclusive<u32> = 512..=16384;
 
 // ----- Digests shared by the asymmetric mechanisms -----
 
@@ -218,6 +220,15 @@ fn native_public(rsa: Rsa<Public>) -> CkResult<PKey<Public>> {
 fn check_rsa(key: &Key) -> CkResult<()> {
     if key.key_type()? != CKK_RSA {
         return Err(CKR_KEY_TYPE_INCONSISTENT);
+    }
+    Ok(())
+}
+
+/// `CKR_KEY_SIZE_RANGE` for a key outside the range the mechanism table gives every RSA
+/// operation (only a key stored by another version could be).
+fn check_bits<T: HasPublic>(pkey: &PKey<T>) -> CkResult<()> {
+    if !IMPORT_BITS.contains(&pkey.bits()) {
+        return Err(CKR_KEY_SIZE_RANGE);
     }
     Ok(())
 }
@@ -416,6 +427,7 @@ impl Encrypt {
     fn new(mech: &Mechanism, key: Key) -> CkResult<Encrypt> {
         let pad = EncPad::of(mech)?;
         let pkey = public_key(&key)?;
+        check_bits(pkey)?;
         let k = pkey.size();
         let max_in = pad.max_input(k).ok_or(CKR_KEY_SIZE_RANGE)?;
         let raw_n = match pad {
@@ -480,6 +492,7 @@ impl Decrypt {
     fn new(mech: &Mechanism, key: Key) -> CkResult<Decrypt> {
         let pad = EncPad::of(mech)?;
         let pkey = private_key(&key)?;
+        check_bits(pkey)?;
         let k = pkey.size();
         pad.max_input(k).ok_or(CKR_KEY_SIZE_RANGE)?;
         let mut ctx = PkeyCtx::new(pkey).map_err(ossl_err)?;
@@ -717,6 +730,7 @@ impl VerifyOp for Verify {
 /// `C_SignInit` for every RSA signature mechanism.
 pub fn sign_init(mech: &Mechanism, key: Key) -> CkResult<Box<dyn SignOp>> {
     let pkey = private_key(&key)?;
+    check_bits(pkey)?;
     let signer = match mech.mechanism {
         CKM_RSA_PKCS | CKM_RSA_X_509 | CKM_RSA_PKCS_PSS => {
             let (ctx, input) = raw_ctx(mech, &key, pkey, |c| c.sign_init())?;
@@ -741,6 +755,7 @@ pub fn sign_init(mech: &Mechanism, key: Key) -> CkResult<Box<dyn SignOp>> {
 /// `C_VerifyInit` for every RSA signature mechanism.
 pub fn verify_init(mech: &Mechanism, key: Key) -> CkResult<Box<dyn VerifyOp>> {
     let pkey = public_key(&key)?;
+    check_bits(pkey)?;
     let verifier = match mech.mechanism {
         CKM_RSA_PKCS | CKM_RSA_X_509 | CKM_RSA_PKCS_PSS => {
             let (ctx, input) = raw_ctx(mech, &key, pkey, |c| c.verify_init())?;
@@ -768,6 +783,7 @@ pub fn sign_recover(mech: &Mechanism, key: Key, data: &[u8], out: &mut OutBuf) -
         return Err(CKR_MECHANISM_INVALID);
     }
     let pkey = private_key(&key)?;
+    check_bits(pkey)?;
     let (mut ctx, input) = raw_ctx(mech, &key, pkey, |c| c.sign_init())?;
     let k = pkey.size();
     let tbs = input.prepare(data, k)?;
@@ -788,6 +804,7 @@ pub fn verify_recover(mech: &Mechanism, key: Key, sig: &[u8], out: &mut OutBuf) 
     };
     no_param(mech)?;
     let pkey = public_key(&key)?;
+    check_bits(pkey)?;
     let k = pkey.size();
     if sig.len() != k {
         return Err(CKR_SIGNATURE_LEN_RANGE);

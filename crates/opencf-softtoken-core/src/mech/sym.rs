@@ -1291,11 +1291,12 @@ pub(crate) fn check_secret_len(kt: CK_KEY_TYPE, len: usize) -> CkResult<()> {
 }
 
 /// Largest imported or derived generic secret / HMAC / HKDF key (bytes): room for the
-/// largest HKDF output (255 × 64 bytes). Generation stays within the mechanism table's range.
-const MAX_SECRET: usize = 64 * 1024;
+/// largest HKDF output (255 × 64 bytes). The mechanism table gives HMAC and HKDF this range.
+pub(super) const MAX_SECRET: usize = 64 * 1024;
 
-/// Largest generated generic secret / HMAC / HKDF key (bytes), as the mechanism table says.
-const MAX_GENERATED: usize = 512;
+/// Largest generated generic secret / HMAC / HKDF key (bytes): the key generators' range in
+/// the mechanism table.
+pub(super) const MAX_GENERATED: usize = 512;
 
 /// The fixed value length of a key type, if it has one.
 pub(crate) fn implied_len(kt: CK_KEY_TYPE) -> Option<usize> {

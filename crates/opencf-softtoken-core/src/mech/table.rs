@@ -2,7 +2,11 @@
 //!
 //! Key sizes follow the specification's units: bytes for AES, DES3, ChaCha20, HMAC and generic
 //! secrets; bits for RSA and elliptic curves; ML-DSA and ML-KEM give the parameter-set range.
+//! A range is what the mechanism takes: the RSA operations every modulus the token accepts
+//! (512 to 16384 bits, as SoftHSMv2), key-pair generation 1024 to 8192 bits; HMAC and HKDF
+//! every generic secret, HMAC or HKDF key (1 byte to 64 KiB), the generators up to 512 bytes.
 
+use super::{rsa, sym};
 use opencf_abi::sys::*;
 
 const ENC: CK_FLAGS = CKF_ENCRYPT | CKF_DECRYPT;
@@ -19,6 +23,25 @@ const fn info(min: CK_ULONG, max: CK_ULONG, flags: CK_FLAGS) -> CK_MECHANISM_INF
     }
 }
 
+/// An RSA operation: every modulus an RSA key object can have.
+const fn rsa_op(flags: CK_FLAGS) -> CK_MECHANISM_INFO {
+    info(
+        *rsa::IMPORT_BITS.start() as CK_ULONG,
+        *rsa::IMPORT_BITS.end() as CK_ULONG,
+        flags,
+    )
+}
+
+/// HMAC and HKDF: every length a generic secret, HMAC or HKDF key can have.
+const fn secret(flags: CK_FLAGS) -> CK_MECHANISM_INFO {
+    info(1, sym::MAX_SECRET as CK_ULONG, flags)
+}
+
+/// A generic secret or HKDF key generator.
+const fn secret_gen() -> CK_MECHANISM_INFO {
+    info(1, sym::MAX_GENERATED as CK_ULONG, CKF_GENERATE)
+}
+
 /// Every mechanism of the software token, in the order `C_GetMechanismList` lists them.
 static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     // Digests.
@@ -32,25 +55,25 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     (CKM_SHA3_384, info(0, 0, CKF_DIGEST)),
     (CKM_SHA3_512, info(0, 0, CKF_DIGEST)),
     // HMAC.
-    (CKM_SHA_1_HMAC, info(1, 512, SV)),
-    (CKM_SHA_1_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA224_HMAC, info(1, 512, SV)),
-    (CKM_SHA224_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA256_HMAC, info(1, 512, SV)),
-    (CKM_SHA256_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA384_HMAC, info(1, 512, SV)),
-    (CKM_SHA384_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA512_HMAC, info(1, 512, SV)),
-    (CKM_SHA512_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA3_224_HMAC, info(1, 512, SV)),
-    (CKM_SHA3_224_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA3_256_HMAC, info(1, 512, SV)),
-    (CKM_SHA3_256_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA3_384_HMAC, info(1, 512, SV)),
-    (CKM_SHA3_384_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_SHA3_512_HMAC, info(1, 512, SV)),
-    (CKM_SHA3_512_HMAC_GENERAL, info(1, 512, SV)),
-    (CKM_GENERIC_SECRET_KEY_GEN, info(1, 512, CKF_GENERATE)),
+    (CKM_SHA_1_HMAC, secret(SV)),
+    (CKM_SHA_1_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA224_HMAC, secret(SV)),
+    (CKM_SHA224_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA256_HMAC, secret(SV)),
+    (CKM_SHA256_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA384_HMAC, secret(SV)),
+    (CKM_SHA384_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA512_HMAC, secret(SV)),
+    (CKM_SHA512_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA3_224_HMAC, secret(SV)),
+    (CKM_SHA3_224_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA3_256_HMAC, secret(SV)),
+    (CKM_SHA3_256_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA3_384_HMAC, secret(SV)),
+    (CKM_SHA3_384_HMAC_GENERAL, secret(SV)),
+    (CKM_SHA3_512_HMAC, secret(SV)),
+    (CKM_SHA3_512_HMAC_GENERAL, secret(SV)),
+    (CKM_GENERIC_SECRET_KEY_GEN, secret_gen()),
     // AES.
     (CKM_AES_KEY_GEN, info(16, 32, CKF_GENERATE)),
     (CKM_AES_ECB, info(16, 32, ENC | WRAP)),
@@ -73,44 +96,40 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     // RSA.
     (
         CKM_RSA_PKCS_KEY_PAIR_GEN,
-        info(1024, 8192, CKF_GENERATE_KEY_PAIR),
+        info(
+            *rsa::GEN_BITS.start(),
+            *rsa::GEN_BITS.end(),
+            CKF_GENERATE_KEY_PAIR,
+        ),
     ),
     (
         CKM_RSA_PKCS,
-        info(
-            1024,
-            8192,
-            ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP,
-        ),
+        rsa_op(ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP),
     ),
     (
         CKM_RSA_X_509,
-        info(
-            1024,
-            8192,
-            ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP,
-        ),
+        rsa_op(ENC | SV | CKF_SIGN_RECOVER | CKF_VERIFY_RECOVER | WRAP),
     ),
-    (CKM_RSA_PKCS_OAEP, info(1024, 8192, ENC | WRAP)),
-    (CKM_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA1_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA224_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA256_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA384_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA512_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA3_224_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA3_256_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA3_384_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA3_512_RSA_PKCS, info(1024, 8192, SV)),
-    (CKM_SHA1_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA224_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA256_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA384_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA512_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA3_224_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA3_256_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA3_384_RSA_PKCS_PSS, info(1024, 8192, SV)),
-    (CKM_SHA3_512_RSA_PKCS_PSS, info(1024, 8192, SV)),
+    (CKM_RSA_PKCS_OAEP, rsa_op(ENC | WRAP)),
+    (CKM_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA1_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA224_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA256_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA384_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA512_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA3_224_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA3_256_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA3_384_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA3_512_RSA_PKCS, rsa_op(SV)),
+    (CKM_SHA1_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA224_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA256_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA384_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA512_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA3_224_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA3_256_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA3_384_RSA_PKCS_PSS, rsa_op(SV)),
+    (CKM_SHA3_512_RSA_PKCS_PSS, rsa_op(SV)),
     // Elliptic curves (P-256, P-384, P-521, secp256k1).
     (
         CKM_EC_KEY_PAIR_GEN,
@@ -161,8 +180,8 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     ),
     // Key derivation.
     (CKM_PKCS5_PBKD2, info(0, 0, CKF_GENERATE)),
-    (CKM_HKDF_DERIVE, info(1, 512, CKF_DERIVE)),
-    (CKM_HKDF_KEY_GEN, info(1, 512, CKF_GENERATE)),
+    (CKM_HKDF_DERIVE, secret(CKF_DERIVE)),
+    (CKM_HKDF_KEY_GEN, secret_gen()),
 ];
 
 /// `C_GetMechanismList` of the software token.

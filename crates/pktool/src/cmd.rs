@@ -620,30 +620,57 @@ fn delete(env: &Env, obj: &ObjArgs, yes: bool) -> Result<()> {
             sel.describe()
         )));
     }
-    let items: Vec<Value> = found
-        .iter()
-        .map(|h| objects::describe(&s, *h, &t.label, false))
-        .collect::<Result<_>>()?;
-    if !yes {
+    // An object that matches but whose attributes cannot be read (damaged in the keystore) is
+    // named by its handle and left alone, as list does: what it is cannot be shown, so it is
+    // not deleted unseen. The others are deleted and the command then fails.
+    let mut readable = Vec::new();
+    let mut items = Vec::new();
+    let mut unreadable = Vec::new();
+    for h in &found {
+        match objects::describe(&s, *h, &t.label, false) {
+            Ok(v) => {
+                readable.push(*h);
+                items.push(v);
+            }
+            Err(e) => {
+                eprintln!("pktool: object handle {h}: {e}; not deleted");
+                unreadable.push(json!({"handle": h.handle(), "error": e.to_string()}));
+            }
+        }
+    }
+    if !yes && !items.is_empty() {
         for i in &items {
             eprintln!("{}", objects::human_line(i));
         }
         if !confirm(&format!("Delete these {} object(s)?", items.len()))? {
-            env.out(&json!({"deleted": []}), || "nothing deleted".into());
+            env.out(&json!({"deleted": [], "unreadable": unreadable}), || {
+                "nothing deleted".into()
+            });
             return Ok(());
         }
     }
-    for (h, i) in found.iter().zip(&items) {
+    for (h, i) in readable.iter().zip(&items) {
         s.destroy_object(*h)
             .ctx(|| format!("deleting {}", i["uri"].as_str().unwrap_or("")))?;
     }
-    env.out(&json!({"deleted": items}), || {
-        items
+    env.out(&json!({"deleted": items, "unreadable": unreadable}), || {
+        let mut lines: Vec<String> = items
             .iter()
             .map(|i| format!("deleted {}", i["uri"].as_str().unwrap_or("")))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        if items.is_empty() {
+            lines.push("nothing deleted".into());
+        }
+        lines.join("\n")
     });
+    if !unreadable.is_empty() {
+        return Err(Error::Reported(format!(
+            "{} of {} matching objects could not be read and were not deleted \
+             (each named above by its handle)",
+            unreadable.len(),
+            found.len()
+        )));
+    }
     Ok(())
 }
 

@@ -182,9 +182,12 @@ impl OpenCf {
                 return p.find_objects(h, max);
             }
             // Up to `max` handles that are not clones: an answer shorter than asked would
-            // not say that the search is over.
-            let mut found = Vec::new();
-            while found.len() < max {
+            // not say that the search is over. The provider is asked at least once, so that
+            // it answers for the search's state (`CKR_OPERATION_NOT_INITIALIZED`) as before.
+            let mut found = p.find_objects(h, max)?;
+            let asked = found.len();
+            found.retain(|&o| !self.clones.holds(prov, o));
+            while asked > 0 && found.len() < max {
                 let more = p.find_objects(h, max - found.len())?;
                 if more.is_empty() {
                     break;

@@ -786,6 +786,16 @@ fn clones_are_slot_0s_own() {
         vec![],
         "the provider's own slot lists no clone"
     );
+    // With no search begun, C_FindObjects there answers as the provider does, whatever the
+    // maximum asked for (through the framework's C ABI, which cryptoki does not reach).
+    let raw = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    for max in [0, 4] {
+        assert_eq!(
+            raw.find_objects(own.handle(), max),
+            Err(opencf_abi::sys::CKR_OPERATION_NOT_INITIALIZED),
+            "C_FindObjects({max}) without C_FindObjectsInit"
+        );
+    }
     let invalid = |r: Result<(), Error>, what: &str| match r {
         Err(Error::Pkcs11(RvError::ObjectHandleInvalid, _)) => {}
         other => panic!("{what} of a clone in the provider's own slot: {other:?}"),

@@ -63,4 +63,19 @@ jcheck "json report names the reason" \
     "any(o['label'] == 'stuck' and o['status'] == 'not copied' and 'CKA_EXTRACTABLE=false' in o['reason'] for o in d['objects'])" \
     bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin --json migrate --from-module $SOFTHSM --from-token source --from-pin 1234; [ \$? -eq 3 ]"
 check "wrong source PIN named" 7 'CKR_PIN_INCORRECT' PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 9999
+# A label this token already uses for an object of the same class (with another id) is
+# refused as by genkey and import: exit 10, nothing copied, unless --allow-duplicate-label.
+ok "src: AES key 'clash'" SRC genkey --label clash --id 21 --extractable --sensitive false
+ok "src: AES key 'fresh'" SRC genkey --label fresh --id 23 --extractable --sensitive false
+ok "dst: another AES key 'clash'" PKTP genkey --label clash --id 22
+check "migrate refuses the taken label" 10 "already has a secret key labelled 'clash' \(id 22\).*--allow-duplicate-label" \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+check "--dry-run refuses it too" 10 "labelled 'clash'" \
+    PKTP migrate --dry-run --from-module "$SOFTHSM" --from-token source --from-pin 1234
+jcheck "nothing was copied" "sorted(o['id'] for o in d['objects'] if o['label'] in ('clash', 'fresh')) == ['22']" \
+    PKTP --json list --objtype secret-key
+check "--allow-duplicate-label copies it anyway" 3 'copied .*label="clash"' \
+    PKTP migrate --allow-duplicate-label --from-module "$SOFTHSM" --from-token source --from-pin 1234
+jcheck "both keys now have the label" "sorted(o['id'] for o in d['objects'] if o['label'] == 'clash') == ['21', '22']" \
+    PKTP --json list --objtype secret-key
 finish

@@ -92,7 +92,11 @@ fn check_labels<'a>(
         .into_iter()
         .filter_map(|(c, l)| Some((c, l?.to_string())))
         .collect();
-    objects::refuse_taken_labels(s, &new)
+    objects::refuse_taken_labels(
+        s,
+        &new,
+        "choose another --label, delete the old object first, or add --allow-duplicate-label",
+    )
 }
 
 fn key_opts(n: &NewKeyArgs) -> Result<KeyOpts> {

@@ -43,6 +43,8 @@ pub struct MigrateArgs {
     /// Only report what would be copied
     #[arg(long)]
     pub dry_run: bool,
+    #[command(flatten)]
+    pub labels: crate::LabelArgs,
 }
 
 const COMMON: &[T] = &[
@@ -121,16 +123,41 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
     let handles = ss
         .find_objects(&[Attribute::Token(true)])
         .ctx(|| format!("listing the objects of '{}'", src.label))?;
-    let mut rows = Vec::new();
-    let mut not_copied = 0;
+    // What would be copied is worked out first, so that a label already taken in this token
+    // (or shared by two copies) is refused, as for the other commands, before anything is
+    // written.
+    let mut plan = Vec::new();
     for h in handles {
         if !is_token_object(&ss, h) {
             continue;
         }
         let class = objects::class_of(&ss, h)?;
         let (label, id) = label_id(&ss, h);
-        let outcome = copy_one(&ss, &ds, h, class, &label, &id, a.dry_run)
+        let outcome = copy_one(&ss, &ds, h, class, &label, &id, true)
             .unwrap_or_else(|e| Outcome::NotCopied(e.to_string()));
+        plan.push((h, class, label, id, outcome));
+    }
+    if !a.labels.allow_duplicate_label {
+        let new: Vec<(ObjectClass, String)> = plan
+            .iter()
+            .filter(|p| matches!(p.4, Outcome::Copied(_)))
+            .filter_map(|(_, c, l, _, _)| Some((*c, l.clone()?)))
+            .collect();
+        objects::refuse_taken_labels(
+            &ds,
+            &new,
+            "nothing was copied; relabel or delete one of them first, or add \
+             --allow-duplicate-label",
+        )?;
+    }
+    let mut rows = Vec::new();
+    let mut not_copied = 0;
+    for (h, class, label, id, planned) in plan {
+        let outcome = match planned {
+            Outcome::Copied(_) if !a.dry_run => copy_one(&ss, &ds, h, class, &label, &id, false)
+                .unwrap_or_else(|e| Outcome::NotCopied(e.to_string())),
+            o => o,
+        };
         let (status, reason) = match outcome {
             Outcome::Copied(how) => (
                 if a.dry_run { "would copy" } else { "copied" },

@@ -155,14 +155,13 @@ pub fn class_and_label(t: &[Attribute]) -> Option<(ObjectClass, String)> {
 /// Refuses new objects whose label an object of the same class on the token already has, or
 /// that two of them would share: a label is how URIs, `tlsproxycfg` and these commands name
 /// a key or certificate, and one that names two objects of a class breaks them all.
-pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, String)]) -> Result<()> {
-    const WAYS: &str = "choose another --label, delete the old object first, or add \
-                        --allow-duplicate-label";
+/// `ways` says how to go on.
+pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, String)], ways: &str) -> Result<()> {
     for (i, (class, label)) in new.iter().enumerate() {
         let what = class_noun(*class);
         if new[..i].contains(&(*class, label.clone())) {
             return Err(Error::LabelTaken(format!(
-                "two new {what}s would both be labelled '{label}': {WAYS}"
+                "two new {what}s would both be labelled '{label}': {ways}"
             )));
         }
         let sel = Selector {
@@ -178,7 +177,7 @@ pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, String)]) -> Result
             };
             return Err(Error::LabelTaken(format!(
                 "the token already has a {what} labelled '{label}'{id}; \
-                 a second one would make the label name both: {WAYS}"
+                 a second one would make the label name both: {ways}"
             )));
         }
     }

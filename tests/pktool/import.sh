@@ -59,4 +59,21 @@ if [ "$(id -u)" -ne 0 ]; then
 else
     check "unreadable file (a directory): exit 4" 4 'cannot read' PKTP import -i "$WORK"
 fi
+# Two users' PKCS#12 files from one CA: the CA certificate comes with both. The second import
+# finds it already in the token (same certificate, label and id) and does not store it again,
+# neither refusing the file (exit 10) nor duplicating the CA.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt -subj "/CN=Shared CA" -days 5 2>/dev/null
+for u in alice bob; do
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $u.key -out $u.csr -subj "/CN=$u" 2>/dev/null
+    openssl x509 -req -in $u.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $u.crt -days 5 2>/dev/null
+    openssl pkcs12 -export -inkey $u.key -in $u.crt -certfile ca.crt -out $u.p12 -passout file:p12pass
+done
+jcheck "first user's PKCS#12: key pair, certificate and the CA" \
+    "sorted(o['label'] for o in d['created']) == ['Shared CA', 'alice', 'alice', 'alice']" \
+    PKTP --json import -i alice.p12 --p12-pass-file p12pass
+jcheck "second user's: the CA already present, not stored again" \
+    "sorted(o['label'] for o in d['created']) == ['bob', 'bob', 'bob'] and [o['label'] for o in d['present']] == ['Shared CA']" \
+    PKTP --json import -i bob.p12 --p12-pass-file p12pass
+jcheck "one CA certificate in the token" "len(d['objects']) == 1" PKTP --json list --label 'Shared CA'
+check "the text output names it present" 0 'present +cert +label="Shared CA"' PKTP import -i bob.p12 --p12-pass-file p12pass --label bob2
 finish

@@ -684,8 +684,22 @@ fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Res
     let o = key_opts(new)?;
     // Everything that can fail on the file's side comes before the token is touched.
     let pieces = crate::import::read_pieces(&data, &name, pass)?;
-    let templates = crate::import::plan(pieces, &o, &name)?;
+    let planned = crate::import::plan_marked(pieces, &o, &name)?;
     let (t, s) = env.login(None)?;
+    // A chain certificate the token already holds (the same certificate under the same label
+    // and id, e.g. the CA of an earlier import) is not stored again.
+    let mut templates = Vec::new();
+    let mut present = Vec::new();
+    for (tpl, chain) in planned {
+        match chain
+            .then(|| identical_object(&s, &tpl))
+            .transpose()?
+            .flatten()
+        {
+            Some(h) => present.push(objects::describe(&s, h, &t.label, false)?),
+            None => templates.push(tpl),
+        }
+    }
     let labels = templates.iter().filter_map(|t| objects::class_and_label(t));
     let labels: Vec<(ObjectClass, String)> = labels.collect();
     check_labels(
@@ -698,14 +712,35 @@ fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Res
         .iter()
         .map(|h| objects::describe(&s, *h, &t.label, false))
         .collect::<Result<_>>()?;
-    env.out(&json!({"created": shown}), || {
-        shown
+    env.out(&json!({"created": shown, "present": present}), || {
+        let imported = shown
             .iter()
-            .map(|o| format!("imported {}", objects::human_line(o)))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .map(|o| format!("imported {}", objects::human_line(o)));
+        let kept = present
+            .iter()
+            .map(|o| format!("present  {}", objects::human_line(o)));
+        imported.chain(kept).collect::<Vec<_>>().join("\n")
     });
     Ok(())
+}
+
+/// An object of the token with the template's class, label, id and value, if there is one.
+fn identical_object(s: &Session, tpl: &[Attribute]) -> Result<Option<ObjectHandle>> {
+    let wanted = [
+        AttributeType::Class,
+        AttributeType::Label,
+        AttributeType::Id,
+        AttributeType::Value,
+    ];
+    let find: Vec<Attribute> = tpl
+        .iter()
+        .filter(|a| wanted.contains(&a.attribute_type()))
+        .cloned()
+        .collect();
+    let found = s
+        .find_objects(&find)
+        .ctx(|| "searching for objects already present".into())?;
+    Ok(found.first().copied())
 }
 
 fn export(

@@ -221,7 +221,22 @@ fn common_name(c: &X509) -> Option<String> {
 
 /// The templates of every object to create, in order: per group the private key, its public
 /// key (or a public key alone), then the certificates.
+#[cfg(test)]
 pub fn plan(pieces: Vec<Piece>, o: &KeyOpts, name: &str) -> Result<Vec<Vec<Attribute>>> {
+    Ok(plan_marked(pieces, o, name)?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect())
+}
+
+/// As [`plan`], each template with whether it is a certificate of the file's chain (not one of
+/// its own objects): such a certificate may already be in the token, imported with another
+/// file of the same issuer.
+pub fn plan_marked(
+    pieces: Vec<Piece>,
+    o: &KeyOpts,
+    name: &str,
+) -> Result<Vec<(Vec<Attribute>, bool)>> {
     let mut groups: Vec<Group> = Vec::new();
     for piece in pieces {
         let public = match &piece {
@@ -297,13 +312,14 @@ pub fn plan(pieces: Vec<Piece>, o: &KeyOpts, name: &str) -> Result<Vec<Vec<Attri
         };
         if let Some(k) = &g.private {
             let (privt, pubt) = keys::keypair_templates(k, &ko)?;
-            out.push(privt);
-            out.push(pubt);
+            out.push((privt, false));
+            out.push((pubt, false));
         } else if g.has_public {
-            out.push(keys::public_template(&g.public, &ko)?);
+            out.push((keys::public_template(&g.public, &ko)?, false));
         }
         for c in &g.certs {
-            out.push(crate::x509::cert_template(c, label.as_deref(), &id)?);
+            let t = crate::x509::cert_template(c, label.as_deref(), &id)?;
+            out.push((t, !own(g)));
         }
     }
     Ok(out)

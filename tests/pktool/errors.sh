@@ -30,4 +30,12 @@ for _ in $(seq 1 10); do PKT --pin wrong-pin-0 list >/dev/null 2>&1; done
 check "locked PIN: CKR_PIN_LOCKED, exit 8" 8 'CKR_PIN_LOCKED' PKTP list
 check "tokens shows the PIN locked" 0 'user PIN: locked' PKT tokens
 jcheck "json flag USER_PIN_LOCKED" "'USER_PIN_LOCKED' in d['slots'][0]['token']['flags']" PKT --json tokens
+# A usage error found while parsing the command line is JSON on stdout too with --json.
+jcheck "--json: an unknown option is a JSON usage error" \
+    "d['exit'] == 2 and d['ckr'] is None and '--bogus' in d['error']" \
+    bash -c "$PKTOOL --module $MODULE_LIB --json list --bogus; [ \$? -eq 2 ]"
+jcheck "--json: a missing subcommand too" "d['exit'] == 2 and 'subcommand' in d['error']" \
+    bash -c "$PKTOOL --module $MODULE_LIB --json; [ \$? -eq 2 ]"
+check "without --json the usage error stays text" 2 "^error: unexpected argument '--bogus'" PKT list --bogus
+check "--json --help is still the help" 0 'Usage: pktool' PKT --json --help
 finish

@@ -304,8 +304,30 @@ pub enum Cmd {
     Migrate(migrate::MigrateArgs),
 }
 
+/// Whether the command line asks for `--json` (looked for by hand when it cannot be parsed).
+fn json_asked() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // A usage error clap finds is still reported as JSON on stdout when --json is
+            // given, as every other failure is; help and version are not errors.
+            if e.use_stderr() && json_asked() {
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or("usage error");
+                let msg = first.strip_prefix("error: ").unwrap_or(first);
+                let v = serde_json::json!({"error": msg, "ckr": null, "exit": error::EXIT_USAGE});
+                println!("{v}");
+            }
+            e.exit()
+        }
+    };
     let code = match cmd::run(&cli) {
         Ok(()) => 0,
         Err(e) => {

@@ -24,4 +24,16 @@ ok "as PKCS#12 with its certificate" PKTP export --label open --type private --f
 ok "openssl opens the PKCS#12 (key and cert)" bash -c "openssl pkcs12 -in open.p12 -passin file:pp -nodes | grep -q 'BEGIN CERTIFICATE' && openssl pkcs12 -in open.p12 -passin file:pp -nodes | grep -q 'PRIVATE KEY'"
 check "ambiguous label: exit 6" 6 '3 objects match' PKTP export --label locked
 check "stdout by default" 0 'BEGIN CERTIFICATE' PKTP export --label locked --type cert
+# With --json stdout is the JSON report: data that would go there too is refused (exit 2, a
+# JSON error, nothing else on stdout); with -o FILE the report says where it went.
+jcheck "--json export to stdout: a JSON usage error" "d['exit'] == 2 and '-o FILE' in d['error']" \
+    bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin --json export --label locked --type cert; [ \$? -eq 2 ]"
+jcheck "--json gencsr to stdout: the same" "d['exit'] == 2" \
+    bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin --json gencsr --label locked --subject CN=x; [ \$? -eq 2 ]"
+jcheck "--json gencert -o -: the same" "d['exit'] == 2" \
+    bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin --json gencert --label locked --subject CN=x --no-store -o -; [ \$? -eq 2 ]"
+jcheck "--json export -o FILE: the report names the file" "d['output'] == 'j.pem'" \
+    PKTP --json export --label locked --type cert -o j.pem
+ok "and the file is the certificate" openssl x509 -in j.pem -noout
+check "without --json, stdout is the data" 0 'BEGIN CERTIFICATE' PKTP export --label locked --type cert
 finish

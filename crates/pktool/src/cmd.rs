@@ -185,6 +185,7 @@ pub fn run(cli: &Cli) -> Result<()> {
             output,
             format,
         } => {
+            file_for_json(&env, output)?;
             let (_, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let req = crate::x509::gencsr(
@@ -217,6 +218,9 @@ pub fn run(cli: &Cli) -> Result<()> {
             output,
             format,
         } => {
+            if let Some(out) = output {
+                file_for_json(&env, out)?;
+            }
             let (t, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let a = objects::read(&s, key, &[AttributeType::Label, AttributeType::Id])?;
@@ -270,6 +274,7 @@ pub fn run(cli: &Cli) -> Result<()> {
             output,
             format,
         } => {
+            file_for_json(&env, output)?;
             let (_, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let data = read_file(csr)?;
@@ -300,6 +305,18 @@ pub fn run(cli: &Cli) -> Result<()> {
 }
 
 /// Tells where the output went, unless it went to stdout.
+/// With --json, stdout carries the JSON report, so a certificate, key or request cannot go
+/// there too: it needs `-o FILE`. Checked before the token is touched.
+fn file_for_json(env: &Env, output: &Path) -> Result<()> {
+    if env.cli.json && output.as_os_str() == "-" {
+        return Err(Error::Usage(
+            "--json prints its report on standard output: write the data to a file with -o FILE"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn note(env: &Env, output: &Path, v: Value, what: &str) {
     if output.as_os_str() != "-" {
         env.out(&v, || format!("{what} written to {}", output.display()));
@@ -750,6 +767,7 @@ fn export(
     format: &str,
     pass: &SecretSource,
 ) -> Result<()> {
+    file_for_json(env, output)?;
     let (_, s) = env.login(Some(obj))?;
     let sel = selector(obj)?;
     let h = objects::find_one(&s, &sel)?;

@@ -78,4 +78,17 @@ check "--allow-duplicate-label copies it anyway" 3 'copied .*label="clash"' \
     PKTP migrate --allow-duplicate-label --from-module "$SOFTHSM" --from-token source --from-pin 1234
 jcheck "both keys now have the label" "sorted(o['id'] for o in d['objects'] if o['label'] == 'clash') == ['21', '22']" \
     PKTP --json list --objtype secret-key
+# A source object whose attributes cannot be read (the test-only faulty module wrapping this
+# same software token answers CKR_DEVICE_ERROR for the objects labelled "fresh", copied above;
+# the others are present) is reported as not copied, by its handle, and the migration exits 3
+# rather than passing it over in silence.
+FAULTY="$LIB_DIR/libopencf_faulty.so"
+if [ -e "$FAULTY" ]; then
+    check "an unreadable source object: not copied, named by its handle, exit 3" 3 \
+        'not copied .*object handle [0-9]+: reading attributes: C_GetAttributeValue returned CKR_DEVICE_ERROR' \
+        env OPENCF_FAULTY_INNER="$LIB_DIR/libopencf_softtoken.so" OPENCF_FAULTY_MODE=attr-error:fresh \
+        "$PKTOOL" --module "$MODULE_LIB" --pin-file "$WORK/pin" migrate --from-module "$FAULTY" --from-pin-file "$WORK/pin"
+else
+    fail "an unreadable object: $FAULTY not built (cargo build --release -p opencf-faulty)"
+fi
 finish

@@ -842,13 +842,6 @@ fn export(
 }
 
 /// Attribute helpers for migrate.
-pub fn is_token_object(s: &Session, h: ObjectHandle) -> bool {
-    objects::read(s, h, &[AttributeType::Token])
-        .ok()
-        .and_then(|a| objects::bool_attr(&a, AttributeType::Token))
-        .unwrap_or(false)
-}
-
 pub fn label_id(s: &Session, h: ObjectHandle) -> (Option<String>, Vec<u8>) {
     let a = objects::read(s, h, &[AttributeType::Label, AttributeType::Id]).unwrap_or_default();
     (

@@ -6,7 +6,7 @@
 //! OpenSSL and created in this token with the source's attributes. Keys that are not
 //! extractable stay where they are and are reported.
 
-use crate::cmd::{attr_present, is_token_object, label_id, Env};
+use crate::cmd::{attr_present, label_id, Env};
 use crate::error::{Ctx, Error, Result};
 use crate::objects::{self, class_name, Selector};
 use crate::pin::SecretSource;
@@ -127,11 +127,33 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
     // (or shared by two copies) is refused, as for the other commands, before anything is
     // written.
     let mut plan = Vec::new();
+    // An object whose attributes cannot be read (damaged in the source's store) is reported as
+    // not copied, by its handle, rather than passed over or stopping the migration.
+    let mut unreadable = Vec::new();
     for h in handles {
-        if !is_token_object(&ss, h) {
-            continue;
-        }
-        let class = objects::class_of(&ss, h)?;
+        let class = match objects::read(&ss, h, &[T::Token]).and_then(|a| {
+            let token = objects::bool_attr(&a, T::Token).unwrap_or(false);
+            Ok(if token {
+                Some(objects::class_of(&ss, h)?)
+            } else {
+                None
+            })
+        }) {
+            Ok(Some(class)) => class,
+            Ok(None) => continue,
+            Err(e) => {
+                unreadable.push(json!({
+                    "handle": h.handle(),
+                    "class": null,
+                    "label": null,
+                    "id": "",
+                    "key_type": null,
+                    "status": "not copied",
+                    "reason": format!("object handle {h}: {e}"),
+                }));
+                continue;
+            }
+        };
         let (label, id) = label_id(&ss, h);
         let outcome = copy_one(&ss, &ds, h, class, &label, &id, true)
             .unwrap_or_else(|e| Outcome::NotCopied(e.to_string()));
@@ -150,8 +172,8 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
              --allow-duplicate-label",
         )?;
     }
-    let mut rows = Vec::new();
-    let mut not_copied = 0;
+    let mut not_copied = unreadable.len();
+    let mut rows = unreadable;
     for (h, class, label, id, planned) in plan {
         let outcome = match planned {
             Outcome::Copied(_) if !a.dry_run => copy_one(&ss, &ds, h, class, &label, &id, false)

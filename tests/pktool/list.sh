@@ -38,4 +38,12 @@ if [ -e "$FAULTY" ]; then
 else
     fail "an unreadable object: $FAULTY not built (cargo build --release -p opencf-faulty)"
 fi
+# A label that is not UTF-8 (CKA_LABEL is bytes; pkcs11-tool writes what it is given): the URI
+# list prints percent-encodes those bytes, so it selects the object (it used to encode the
+# replacement character, a URI that matched nothing).
+P11 --login --pin "$PIN" --keygen --key-type AES:16 --label $'raw\xffkey' --id 7e7e >/dev/null 2>&1
+raw="$(PKTP --json list --id 7e7e | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"][0]["uri"])')"
+check "the URI of a non-UTF-8 label encodes its bytes" 0 'object=raw%FFkey' echo "$raw"
+jcheck "and selects the object" "len(d['objects']) == 1 and d['objects'][0]['id'] == '7e7e'" PKTP --json list --uri "$raw"
+check "delete --uri with it" 0 'deleted .*object=raw%FFkey' PKTP delete --uri "$raw" -y
 finish

@@ -819,7 +819,7 @@ fn export(
                         b.cert(c);
                     }
                     if let Some(l) = &sel.label {
-                        b.name(l);
+                        b.name(&String::from_utf8_lossy(l));
                     }
                     b.build2(&p)?.to_der()?
                 }

@@ -234,7 +234,7 @@ fn already_there(
     id: &[u8],
 ) -> Result<bool> {
     let sel = Selector {
-        label: label.clone(),
+        label: label.clone().map(String::into_bytes),
         id: Some(id.to_vec()),
         class: Some(class),
     };

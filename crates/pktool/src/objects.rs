@@ -14,7 +14,8 @@ pub const CKA_KEY_TYPE: u64 = 0x100;
 /// Which objects a command acts on.
 #[derive(Debug, Clone, Default)]
 pub struct Selector {
-    pub label: Option<String>,
+    /// CKA_LABEL as stored: bytes, which need not be UTF-8.
+    pub label: Option<Vec<u8>>,
     pub id: Option<Vec<u8>>,
     pub class: Option<ObjectClass>,
 }
@@ -83,7 +84,7 @@ impl Selector {
         kind: Option<&str>,
     ) -> Result<Selector> {
         let mut sel = Selector {
-            label: label.map(str::to_string),
+            label: label.map(|l| l.as_bytes().to_vec()),
             id: id.map(unhex).transpose()?,
             class: kind.map(class_from_name).transpose()?,
         };
@@ -109,7 +110,7 @@ impl Selector {
     pub fn template(&self) -> Vec<Attribute> {
         let mut t = Vec::new();
         if let Some(l) = &self.label {
-            t.push(Attribute::Label(l.as_bytes().to_vec()));
+            t.push(Attribute::Label(l.clone()));
         }
         if let Some(id) = &self.id {
             t.push(Attribute::Id(id.clone()));
@@ -126,7 +127,7 @@ impl Selector {
             parts.push(format!("type={}", class_name(c)));
         }
         if let Some(l) = &self.label {
-            parts.push(format!("label='{l}'"));
+            parts.push(format!("label='{}'", String::from_utf8_lossy(l)));
         }
         if let Some(id) = &self.id {
             parts.push(format!("id={}", hex(id)));
@@ -165,7 +166,7 @@ pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, String)], ways: &st
             )));
         }
         let sel = Selector {
-            label: Some(label.clone()),
+            label: Some(label.as_bytes().to_vec()),
             id: None,
             class: Some(*class),
         };
@@ -409,8 +410,10 @@ pub fn describe(s: &Session, h: ObjectHandle, token: &str, values: bool) -> Resu
         types.push(AttributeType::Value);
     }
     let attrs = read(s, h, &types)?;
-    let label =
-        bytes_attr(&attrs, AttributeType::Label).map(|l| String::from_utf8_lossy(&l).to_string());
+    let raw_label = bytes_attr(&attrs, AttributeType::Label);
+    let label = raw_label
+        .as_ref()
+        .map(|l| String::from_utf8_lossy(l).to_string());
     let id = bytes_attr(&attrs, AttributeType::Id).unwrap_or_default();
     let mut m = Map::new();
     m.insert("class".into(), json!(class_name(class)));
@@ -418,7 +421,12 @@ pub fn describe(s: &Session, h: ObjectHandle, token: &str, values: bool) -> Resu
     m.insert("id".into(), json!(hex(&id)));
     m.insert(
         "uri".into(),
-        json!(object_uri(token, label.as_deref(), &id, class_name(class))),
+        json!(object_uri(
+            token,
+            raw_label.as_deref(),
+            &id,
+            class_name(class)
+        )),
     );
     let mut flags = Map::new();
     for (t, name) in FLAGS {

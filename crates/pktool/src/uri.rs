@@ -5,7 +5,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Default, Clone)]
 pub struct Pkcs11Uri {
     pub token: Option<String>,
-    pub object: Option<String>,
+    /// The label, percent-decoded: bytes, as CKA_LABEL need not be UTF-8.
+    pub object: Option<Vec<u8>>,
     pub id: Option<Vec<u8>>,
     pub kind: Option<String>,
     pub slot_id: Option<u64>,
@@ -64,7 +65,7 @@ impl Pkcs11Uri {
                 .ok_or_else(|| Error::Usage(format!("'{attr}' in '{uri}' has no '='")))?;
             match k {
                 "token" => u.token = Some(text(v)?),
-                "object" => u.object = Some(text(v)?),
+                "object" => u.object = Some(percent_decode(v)?),
                 "id" => u.id = Some(percent_decode(v)?),
                 "type" => {
                     let t = text(v)?;
@@ -100,10 +101,10 @@ impl Pkcs11Uri {
 }
 
 /// The URI naming one object.
-pub fn object_uri(token: &str, label: Option<&str>, id: &[u8], kind: &str) -> String {
+pub fn object_uri(token: &str, label: Option<&[u8]>, id: &[u8], kind: &str) -> String {
     let mut s = format!("pkcs11:token={}", percent_encode(token.as_bytes()));
     if let Some(l) = label {
-        s += &format!(";object={}", percent_encode(l.as_bytes()));
+        s += &format!(";object={}", percent_encode(l));
     }
     if !id.is_empty() {
         s += ";id=";
@@ -120,7 +121,7 @@ mod tests {
     fn parses_rfc7512_examples() {
         let u = Pkcs11Uri::parse("pkcs11:token=The%20Software%20PKCS%2311%20Softtoken;object=my-key;id=%01%02;type=private").unwrap();
         assert_eq!(u.token.as_deref(), Some("The Software PKCS#11 Softtoken"));
-        assert_eq!(u.object.as_deref(), Some("my-key"));
+        assert_eq!(u.object.as_deref(), Some(b"my-key".as_slice()));
         assert_eq!(u.id, Some(vec![1, 2]));
         assert_eq!(u.kind.as_deref(), Some("private"));
         assert!(Pkcs11Uri::parse("pkcs11:type=bogus").is_err());
@@ -130,10 +131,10 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let s = object_uri("A b;c", Some("k=1"), &[0xab], "cert");
+        let s = object_uri("A b;c", Some(b"k=1".as_slice()), &[0xab], "cert");
         let u = Pkcs11Uri::parse(&s).unwrap();
         assert_eq!(u.token.as_deref(), Some("A b;c"));
-        assert_eq!(u.object.as_deref(), Some("k=1"));
+        assert_eq!(u.object.as_deref(), Some(b"k=1".as_slice()));
         assert_eq!(u.id, Some(vec![0xab]));
     }
 }

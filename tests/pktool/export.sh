@@ -36,4 +36,16 @@ jcheck "--json export -o FILE: the report names the file" "d['output'] == 'j.pem
     PKTP --json export --label locked --type cert -o j.pem
 ok "and the file is the certificate" openssl x509 -in j.pem -noout
 check "without --json, stdout is the data" 0 'BEGIN CERTIFICATE' PKTP export --label locked --type cert
+# A private key file is readable by its owner only (0600, as openssl writes one), also when
+# the file existed with a wider mode; other exports follow the umask.
+umask 022
+ok "PKCS#8 export (a fresh file)" PKTP export --label open --type private -o mode.pem
+check "is mode 600" 0 '^600$' stat -c %a mode.pem
+ok "PKCS#12 export" PKTP export --label open --type private --format pkcs12 --p12-pass-file pp -o mode.p12
+check "is mode 600" 0 '^600$' stat -c %a mode.p12
+: >wide.pem; chmod 644 wide.pem
+ok "export over an existing 644 file" PKTP export --label open --type private -o wide.pem
+check "is narrowed to 600" 0 '^600$' stat -c %a wide.pem
+ok "a certificate export" PKTP export --label open --type cert -o mode.crt
+check "follows the umask (644)" 0 '^644$' stat -c %a mode.crt
 finish

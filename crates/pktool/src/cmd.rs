@@ -6,7 +6,7 @@ use crate::objects::{self, Selector};
 use crate::pin::SecretSource;
 use crate::token::{self, Token, TokenChoice};
 use crate::uri::Pkcs11Uri;
-use crate::util::{hex, read_file, unhex, write_file};
+use crate::util::{hex, read_file, unhex, write_file, write_private_file};
 use crate::{Cli, Cmd, LabelArgs, NewKeyArgs, ObjArgs};
 use cryptoki::object::{Attribute, AttributeType, ObjectClass, ObjectHandle};
 use cryptoki::session::{Session, UserType};
@@ -836,7 +836,13 @@ fn export(
             ))
         }
     };
-    write_file(output, &data)?;
+    if class == ObjectClass::PRIVATE_KEY {
+        // A private key (in the clear, or under the file's password) is readable by its owner
+        // only, as openssl writes one.
+        write_private_file(output, &data)?;
+    } else {
+        write_file(output, &data)?;
+    }
     note(env, output, json!({"output": output}), "export");
     Ok(())
 }

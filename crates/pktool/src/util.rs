@@ -91,6 +91,27 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 /// Writes a file (or stdout for "-"), naming it in the error.
+/// As [`write_file`], the file made readable and writable by its owner only (mode 0600), also
+/// when it already existed with a wider mode.
+pub fn write_private_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if path.as_os_str() == "-" {
+        return write_file(path, data);
+    }
+    let err = |e| Error::io(format!("cannot write {}", path.display()), e);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(err)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(err)?;
+    f.write_all(data).map_err(err)
+}
+
 pub fn write_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
     if path.as_os_str() == "-" {
         use std::io::Write;

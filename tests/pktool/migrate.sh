@@ -91,4 +91,13 @@ if [ -e "$FAULTY" ]; then
 else
     fail "an unreadable object: $FAULTY not built (cargo build --release -p opencf-faulty)"
 fi
+# A source label that is not UTF-8 is compared as stored: a second run finds the copy present
+# instead of copying the key again under the same label.
+ok "src: AES key with a non-UTF-8 label" pkcs11-tool --module "$SOFTHSM" --token-label source --login --pin 1234 \
+    --keygen --key-type AES:16 --label $'raw\xffkey' --id 5151 --extractable
+check "migrate copies it" 3 'copied +secret-key label="raw.*key" id=5151' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+check "a second migrate finds it present" 3 'present +secret-key label="raw.*key" id=5151' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+jcheck "one copy in this token" "len(d['objects']) == 1" PKTP --json list --id 5151
 finish

@@ -88,9 +88,9 @@ fn check_labels<'a>(
     if allow.allow_duplicate_label {
         return Ok(());
     }
-    let new: Vec<(ObjectClass, String)> = new
+    let new: Vec<(ObjectClass, Vec<u8>)> = new
         .into_iter()
-        .filter_map(|(c, l)| Some((c, l?.to_string())))
+        .filter_map(|(c, l)| Some((c, l?.as_bytes().to_vec())))
         .collect();
     objects::refuse_taken_labels(
         s,
@@ -848,11 +848,12 @@ fn export(
 }
 
 /// Attribute helpers for migrate.
-pub fn label_id(s: &Session, h: ObjectHandle) -> (Option<String>, Vec<u8>) {
+///
+/// CKA_LABEL as stored (bytes, which need not be UTF-8) and CKA_ID.
+pub fn label_id(s: &Session, h: ObjectHandle) -> (Option<Vec<u8>>, Vec<u8>) {
     let a = objects::read(s, h, &[AttributeType::Label, AttributeType::Id]).unwrap_or_default();
     (
-        objects::bytes_attr(&a, AttributeType::Label)
-            .map(|l| String::from_utf8_lossy(&l).to_string()),
+        objects::bytes_attr(&a, AttributeType::Label),
         objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default(),
     )
 }

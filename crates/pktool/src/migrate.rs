@@ -160,7 +160,7 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
         plan.push((h, class, label, id, outcome));
     }
     if !a.labels.allow_duplicate_label {
-        let new: Vec<(ObjectClass, String)> = plan
+        let new: Vec<(ObjectClass, Vec<u8>)> = plan
             .iter()
             .filter(|p| matches!(p.4, Outcome::Copied(_)))
             .filter_map(|(_, c, l, _, _)| Some((*c, l.clone()?)))
@@ -196,7 +196,7 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
         };
         rows.push(json!({
             "class": class_name(class),
-            "label": label,
+            "label": label.as_ref().map(|l| String::from_utf8_lossy(l)),
             "id": hex(&id),
             "key_type": objects::key_type_raw(&ss, h).map(objects::key_type_name),
             "status": status,
@@ -230,11 +230,11 @@ pub fn run(env: &Env, a: &MigrateArgs) -> Result<()> {
 fn already_there(
     ds: &Session,
     class: ObjectClass,
-    label: &Option<String>,
+    label: &Option<Vec<u8>>,
     id: &[u8],
 ) -> Result<bool> {
     let sel = Selector {
-        label: label.clone().map(String::into_bytes),
+        label: label.clone(),
         id: Some(id.to_vec()),
         class: Some(class),
     };
@@ -261,7 +261,7 @@ fn copy_one(
     ds: &Session,
     h: ObjectHandle,
     class: ObjectClass,
-    label: &Option<String>,
+    label: &Option<Vec<u8>>,
     id: &[u8],
     dry: bool,
 ) -> Result<Outcome> {

@@ -157,16 +157,18 @@ pub fn class_and_label(t: &[Attribute]) -> Option<(ObjectClass, String)> {
 /// that two of them would share: a label is how URIs, `tlsproxycfg` and these commands name
 /// a key or certificate, and one that names two objects of a class breaks them all.
 /// `ways` says how to go on.
-pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, String)], ways: &str) -> Result<()> {
-    for (i, (class, label)) in new.iter().enumerate() {
+/// Labels are bytes, compared as stored (CKA_LABEL need not be UTF-8).
+pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, Vec<u8>)], ways: &str) -> Result<()> {
+    for (i, (class, raw)) in new.iter().enumerate() {
         let what = class_noun(*class);
-        if new[..i].contains(&(*class, label.clone())) {
+        let label = String::from_utf8_lossy(raw);
+        if new[..i].contains(&(*class, raw.clone())) {
             return Err(Error::LabelTaken(format!(
                 "two new {what}s would both be labelled '{label}': {ways}"
             )));
         }
         let sel = Selector {
-            label: Some(label.as_bytes().to_vec()),
+            label: Some(raw.clone()),
             id: None,
             class: Some(*class),
         };

@@ -304,7 +304,30 @@ pub fn run(cli: &Cli) -> Result<()> {
     }
 }
 
-/// Tells where the output went, unless it went to stdout.
+/// Each object of `handles` described ([`objects::describe`]), with those that cannot be: each
+/// of these is named by its handle on stderr (`then` added) and listed as
+/// `{"handle", "error"}`.
+fn describe_each(
+    s: &Session,
+    handles: &[ObjectHandle],
+    token: &str,
+    values: bool,
+    then: &str,
+) -> (Vec<(ObjectHandle, Value)>, Vec<Value>) {
+    let mut described = Vec::new();
+    let mut unreadable = Vec::new();
+    for h in handles {
+        match objects::describe(s, *h, token, values) {
+            Ok(v) => described.push((*h, v)),
+            Err(e) => {
+                eprintln!("pktool: object handle {h}: {e}{then}");
+                unreadable.push(json!({"handle": h.handle(), "error": e.to_string()}));
+            }
+        }
+    }
+    (described, unreadable)
+}
+
 /// With --json, stdout carries the JSON report, so a certificate, key or request cannot go
 /// there too: it needs `-o FILE`. Checked before the token is touched.
 fn file_for_json(env: &Env, output: &Path) -> Result<()> {
@@ -317,6 +340,7 @@ fn file_for_json(env: &Env, output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Tells where the output went, unless it went to stdout.
 fn note(env: &Env, output: &Path, v: Value, what: &str) {
     if output.as_os_str() != "-" {
         env.out(&v, || format!("{what} written to {}", output.display()));
@@ -581,17 +605,8 @@ fn list(env: &Env, objtype: &str, obj: &ObjArgs, values: bool) -> Result<()> {
     }
     // An object that cannot be described (damaged in the keystore) is reported by its handle
     // and the others are still listed; the command then fails.
-    let mut items = Vec::new();
-    let mut unreadable = Vec::new();
-    for h in &handles {
-        match objects::describe(&s, *h, &t.label, values) {
-            Ok(v) => items.push(v),
-            Err(e) => {
-                eprintln!("pktool: object handle {h}: {e}");
-                unreadable.push(json!({"handle": h.handle(), "error": e.to_string()}));
-            }
-        }
-    }
+    let (described, unreadable) = describe_each(&s, &handles, &t.label, values, "");
+    let items: Vec<Value> = described.into_iter().map(|(_, v)| v).collect();
     let v = json!({"token": t.label, "objects": items, "unreadable": unreadable});
     env.out(&v, || {
         let mut out = format!("token '{}': {} object(s)", t.label, items.len());
@@ -644,21 +659,8 @@ fn delete(env: &Env, obj: &ObjArgs, yes: bool) -> Result<()> {
     // An object that matches but whose attributes cannot be read (damaged in the keystore) is
     // named by its handle and left alone, as list does: what it is cannot be shown, so it is
     // not deleted unseen. The others are deleted and the command then fails.
-    let mut readable = Vec::new();
-    let mut items = Vec::new();
-    let mut unreadable = Vec::new();
-    for h in &found {
-        match objects::describe(&s, *h, &t.label, false) {
-            Ok(v) => {
-                readable.push(*h);
-                items.push(v);
-            }
-            Err(e) => {
-                eprintln!("pktool: object handle {h}: {e}; not deleted");
-                unreadable.push(json!({"handle": h.handle(), "error": e.to_string()}));
-            }
-        }
-    }
+    let (described, unreadable) = describe_each(&s, &found, &t.label, false, "; not deleted");
+    let (readable, items): (Vec<ObjectHandle>, Vec<Value>) = described.into_iter().unzip();
     if !yes && !items.is_empty() {
         for i in &items {
             eprintln!("{}", objects::human_line(i));

@@ -47,17 +47,10 @@ impl OpenCf {
         dispatch!(self, s, |p, h| p.digest_key(h, k), |m| {
             let mut ms = self.lock(m);
             let b = self.meta_bound(&mut ms, OpKind::Digest)?;
-            let Some(pk) = self.key_in(&mut ms, b.prov, k)? else {
-                return Err(CKR_KEY_INDIGESTIBLE);
-            };
-            let r = self.p(b.prov).digest_key(b.h, pk);
-            if !self.clone_lost(&r, k, b.prov, pk) {
-                return r;
-            }
-            match self.key_in(&mut ms, b.prov, k)? {
-                Some(pk) => self.p(b.prov).digest_key(b.h, pk),
-                None => Err(CKR_KEY_INDIGESTIBLE),
-            }
+            self.with_key_in(&mut ms, b.prov, k, |_, pk| {
+                self.p(b.prov).digest_key(b.h, pk)
+            })?
+            .unwrap_or(Err(CKR_KEY_INDIGESTIBLE))
         })
     }
     /// `C_DigestFinal`.

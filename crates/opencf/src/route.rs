@@ -417,20 +417,29 @@ impl OpenCf {
         Ok(made)
     }
 
-    /// Whether `r`, the answer of provider `prov` to a call with `h` as metaslot key `key`'s
-    /// handle there, says that the provider lost a clone slot 0 had cached (destroyed behind
-    /// slot 0's back, e.g. through the provider's own slot). The clone is then forgotten, and
-    /// the caller makes it again once ([`OpenCf::key_in`]).
-    pub fn clone_lost<T>(
+    /// `f` run with metaslot key `key`'s handle in provider `prov` ([`OpenCf::key_in`]);
+    /// `Ok(None)` when the key cannot be moved there. When the provider answers that the
+    /// handle is invalid and it was a clone slot 0 had cached (destroyed behind slot 0's back,
+    /// e.g. through the provider's own slot), the clone is forgotten, made again, and `f` runs
+    /// once more with it.
+    pub fn with_key_in<T>(
         &self,
-        r: &CkResult<T>,
-        key: CK_OBJECT_HANDLE,
+        ms: &mut MetaSession,
         prov: usize,
-        h: CK_OBJECT_HANDLE,
-    ) -> bool {
-        matches!(r, Err(CKR_KEY_HANDLE_INVALID | CKR_OBJECT_HANDLE_INVALID))
-            && self.meta().is_ok_and(|m| m.keystore != prov)
-            && self.clones.forget_lost(key, prov, h)
+        key: CK_OBJECT_HANDLE,
+        f: impl Fn(&MetaSession, CK_OBJECT_HANDLE) -> CkResult<T>,
+    ) -> CkResult<Option<CkResult<T>>> {
+        let Some(h) = self.key_in(ms, prov, key)? else {
+            return Ok(None);
+        };
+        let r = f(ms, h);
+        // The cache holds no entry for the keystore, whose handle is the key itself.
+        let lost = matches!(r, Err(CKR_KEY_HANDLE_INVALID | CKR_OBJECT_HANDLE_INVALID))
+            && self.clones.forget_lost(key, prov, h);
+        if !lost {
+            return Ok(Some(r));
+        }
+        Ok(self.key_in(ms, prov, key)?.map(|h| f(ms, h)))
     }
 
     /// `CKR_KEY_HANDLE_INVALID` unless metaslot key `key` is an object within the reach of
@@ -726,10 +735,20 @@ impl OpenCf {
                 }
                 Err(e) => return Err(e),
             };
-            let pkey = match key {
-                None => 0,
-                Some(k) => match self.key_in(ms, prov, k) {
-                    Ok(Some(pk)) => pk,
+            let b = Bound {
+                idx: i,
+                prov,
+                h,
+                ks: prov == self.meta()?.keystore,
+                counters: None,
+            };
+            let init = |ms: &MetaSession, pk| {
+                self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pk, extra)
+            };
+            let r = match key {
+                None => init(ms, 0),
+                Some(k) => match self.with_key_in(ms, prov, k, init) {
+                    Ok(Some(r)) => r,
                     Ok(None) => continue,
                     Err(e) if recoverable(e) => {
                         last = e;
@@ -738,27 +757,6 @@ impl OpenCf {
                     Err(e) => return Err(e),
                 },
             };
-            let b = Bound {
-                idx: i,
-                prov,
-                h,
-                ks: prov == self.meta()?.keystore,
-                counters: None,
-            };
-            let mut r = self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pkey, extra);
-            if key.is_some_and(|k| self.clone_lost(&r, k, prov, pkey)) {
-                match key.map(|k| self.key_in(ms, prov, k)).unwrap_or(Ok(None)) {
-                    Ok(Some(pk)) => {
-                        r = self.init_on(kind, self.at(&b, ms.ks_pin.as_ref()), mech, pk, extra)
-                    }
-                    Ok(None) => continue,
-                    Err(e) if recoverable(e) => {
-                        last = e;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
             match r {
                 Ok(()) => {
                     self.fallbacks(&left_behind, mt);

@@ -106,14 +106,15 @@ impl Pkcs11Uri {
         out
     }
 
-    /// The URI of an object by token label, object label and type.
+    /// The URI of an object by token label, object label and type (its `Display` form).
     pub fn format(token: &str, object: &str, kind: &str) -> String {
-        format!(
-            "pkcs11:token={};object={};type={}",
-            encode(token.as_bytes()),
-            encode(object.as_bytes()),
-            kind
-        )
+        Pkcs11Uri {
+            token: Some(token.into()),
+            object: Some(object.into()),
+            kind: Some(kind.into()),
+            ..Pkcs11Uri::default()
+        }
+        .to_string()
     }
 }
 

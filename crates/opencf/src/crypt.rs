@@ -45,8 +45,9 @@ impl OpenCf {
         dispatch!(
             self,
             s,
-            |p, h, c| {
+            |p, h, c, @prov| {
                 allowed(c, mech)?;
+                self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
                 p.encrypt_init(h, mech, k)
             },
             |m| self.meta_init(m, OpKind::Encrypt, mech, Some(k), &[])
@@ -86,8 +87,9 @@ impl OpenCf {
         dispatch!(
             self,
             s,
-            |p, h, c| {
+            |p, h, c, @prov| {
                 allowed(c, mech)?;
+                self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
                 p.decrypt_init(h, mech, k)
             },
             |m| self.meta_init(m, OpKind::Decrypt, mech, Some(k), &[])
@@ -129,8 +131,9 @@ impl OpenCf {
         dispatch!(
             self,
             s,
-            |p, h, c| {
+            |p, h, c, @prov| {
                 allowed(c, mech)?;
+                self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
                 if enc {
                     p.message_encrypt_init(h, mech, k)
                 } else {

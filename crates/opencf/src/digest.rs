@@ -44,7 +44,10 @@ impl OpenCf {
     /// `CKR_OPERATION_NOT_INITIALIZED`. A provider that ended its operation on the error
     /// answers the next step so, and that step ends the metaslot's too.
     pub fn digest_key(&self, s: CK_SESSION_HANDLE, k: CK_OBJECT_HANDLE) -> CkResult<()> {
-        dispatch!(self, s, |p, h| p.digest_key(h, k), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
+            p.digest_key(h, k)
+        }, |m| {
             let mut ms = self.lock(m);
             let b = self.meta_bound(&mut ms, OpKind::Digest)?;
             self.with_key_in(&mut ms, b.prov, k, |_, pk| {

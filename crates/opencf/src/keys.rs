@@ -16,7 +16,7 @@ impl OpenCf {
         mech: &Mechanism,
         t: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(s, mech, &[])?;
         p.generate_key(h, mech, t)
     }
     /// `C_GenerateKeyPair`.
@@ -27,7 +27,7 @@ impl OpenCf {
         pt: &[Attribute],
         qt: &[Attribute],
     ) -> CkResult<(CK_OBJECT_HANDLE, CK_OBJECT_HANDLE)> {
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(s, mech, &[])?;
         p.generate_key_pair(h, mech, pt, qt)
     }
     /// `C_WrapKey`.
@@ -43,7 +43,14 @@ impl OpenCf {
             // The framework's own key migration mechanism is never an application's.
             return Err(CKR_MECHANISM_INVALID);
         }
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(
+            s,
+            mech,
+            &[
+                (w, CKR_WRAPPING_KEY_HANDLE_INVALID),
+                (k, CKR_KEY_HANDLE_INVALID),
+            ],
+        )?;
         p.wrap_key(h, mech, w, k, o)
     }
     /// `C_UnwrapKey`.
@@ -55,7 +62,7 @@ impl OpenCf {
         wrapped: &[u8],
         t: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(s, mech, &[(u, CKR_UNWRAPPING_KEY_HANDLE_INVALID)])?;
         p.unwrap_key(h, mech, u, wrapped, t)
     }
     /// `C_DeriveKey`.
@@ -66,7 +73,7 @@ impl OpenCf {
         b: CK_OBJECT_HANDLE,
         t: &[Attribute],
     ) -> CkResult<CK_OBJECT_HANDLE> {
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(s, mech, &[(b, CKR_KEY_HANDLE_INVALID)])?;
         p.derive_key(h, mech, b, t)
     }
     /// `C_EncapsulateKey`.
@@ -78,7 +85,7 @@ impl OpenCf {
         t: &[Attribute],
         ct: &mut OutBuf,
     ) -> CkResult<Option<CK_OBJECT_HANDLE>> {
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(s, mech, &[(k, CKR_KEY_HANDLE_INVALID)])?;
         p.encapsulate_key(h, mech, k, t, ct)
     }
     /// `C_DecapsulateKey`.
@@ -90,22 +97,27 @@ impl OpenCf {
         t: &[Attribute],
         ct: &[u8],
     ) -> CkResult<CK_OBJECT_HANDLE> {
-        let (p, h) = self.routed_keystore(s, mech)?;
+        let (p, h) = self.routed_keystore(s, mech, &[(k, CKR_KEY_HANDLE_INVALID)])?;
         p.decapsulate_key(h, mech, k, t, ct)
     }
 
     /// The provider session for a key-management call: the pass-through session (after the
-    /// policy check), or the metaslot session's keystore session.
+    /// policy check, and with `keys`, each with the code that refuses it, checked not to be
+    /// slot 0's clones), or the metaslot session's keystore session.
     fn routed_keystore(
         &self,
         s: CK_SESSION_HANDLE,
         mech: &Mechanism,
+        keys: &[(CK_OBJECT_HANDLE, CK_RV)],
     ) -> CkResult<(&crate::providers::Provider, CK_SESSION_HANDLE)> {
         dispatch!(
             self,
             s,
-            |p, h, c| {
+            |p, h, c, @prov| {
                 crate::crypt::allowed(c, mech)?;
+                for &(k, rv) in keys {
+                    self.not_a_clone_or(prov, k, rv)?;
+                }
                 Ok((p, h))
             },
             |m| {

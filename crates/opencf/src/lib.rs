@@ -311,6 +311,19 @@ macro_rules! dispatch {
             $crate::Sess::Meta { s: $m, .. } => $meta,
         })
     };
+    // Both the configuration and the index.
+    ($self:ident, $s:expr, |$p:ident, $h:ident, $c:ident, @$i:ident| $pass:expr, |$m:ident| $meta:expr) => {
+        $self.sessions.with($s, |__sess| match __sess {
+            $crate::Sess::Pass { prov, h, .. } => {
+                let $p = $self.p(*prov);
+                let $c = &$self.providers[*prov].cfg;
+                let $i = *prov;
+                let $h = *h;
+                $pass
+            }
+            $crate::Sess::Meta { s: $m, .. } => $meta,
+        })
+    };
     ($self:ident, $s:expr, |$p:ident, $h:ident, $c:ident| $pass:expr, |$m:ident| $meta:expr) => {
         $self.sessions.with($s, |__sess| match __sess {
             $crate::Sess::Pass { prov, h, .. } => {

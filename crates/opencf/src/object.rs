@@ -19,8 +19,20 @@ impl OpenCf {
     /// `CKR_OBJECT_HANDLE_INVALID` for a clone slot 0 keeps in provider `prov`, asked for in
     /// a pass-through session.
     fn not_a_clone(&self, prov: usize, o: CK_OBJECT_HANDLE) -> CkResult<()> {
+        self.not_a_clone_or(prov, o, CKR_OBJECT_HANDLE_INVALID)
+    }
+
+    /// `Err(rv)` when `o` is one of slot 0's clones in provider `prov`: a call in the
+    /// provider's own slot treats it as a handle it does not know (`CKR_KEY_HANDLE_INVALID`
+    /// for an init's key, the wrapping calls' own codes for theirs).
+    pub(crate) fn not_a_clone_or(
+        &self,
+        prov: usize,
+        o: CK_OBJECT_HANDLE,
+        rv: CK_RV,
+    ) -> CkResult<()> {
         if self.clones.holds(prov, o) {
-            Err(CKR_OBJECT_HANDLE_INVALID)
+            Err(rv)
         } else {
             Ok(())
         }

@@ -54,12 +54,49 @@ struct KeyClone {
 /// ([`crate::providers::Prov::internal_session`]).
 #[derive(Default)]
 pub struct CloneCache {
-    map: RwLock<HashMap<(CK_OBJECT_HANDLE, usize), KeyClone>>,
+    map: RwLock<Clones>,
     /// Serializes clone creation so two threads do not clone the same key twice.
     making: Mutex<()>,
 }
 
+/// The cached clones, by key and by their handle in their provider.
+#[derive(Default)]
+struct Clones {
+    by_key: HashMap<(CK_OBJECT_HANDLE, usize), KeyClone>,
+    /// (provider, clone handle) → how many entries of `by_key` have it (one, unless a
+    /// provider gave a lost clone's handle to a new one before the loss was noticed).
+    by_handle: HashMap<(usize, CK_OBJECT_HANDLE), usize>,
+}
+
+impl Clones {
+    fn insert(&mut self, key: CK_OBJECT_HANDLE, prov: usize, c: KeyClone) {
+        *self.by_handle.entry((prov, c.h)).or_insert(0) += 1;
+        if let Some(old) = self.by_key.insert((key, prov), c) {
+            self.unindex(prov, old.h);
+        }
+    }
+    fn remove(&mut self, key: CK_OBJECT_HANDLE, prov: usize) -> Option<KeyClone> {
+        let c = self.by_key.remove(&(key, prov))?;
+        self.unindex(prov, c.h);
+        Some(c)
+    }
+    fn unindex(&mut self, prov: usize, h: CK_OBJECT_HANDLE) {
+        if let Some(n) = self.by_handle.get_mut(&(prov, h)) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_handle.remove(&(prov, h));
+            }
+        }
+    }
+}
+
 impl CloneCache {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Clones> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Clones> {
+        self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
     /// The clone of `key` in `prov`, if it was made with these `guards`.
     fn get(
         &self,
@@ -67,9 +104,8 @@ impl CloneCache {
         prov: usize,
         guards: &[AttrValue],
     ) -> Option<CK_OBJECT_HANDLE> {
-        self.map
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        self.read()
+            .by_key
             .get(&(key, prov))
             .filter(|c| c.guards == guards)
             .map(|c| c.h)
@@ -82,36 +118,29 @@ impl CloneCache {
         prov: usize,
         guards: &[AttrValue],
     ) -> Option<(usize, CK_OBJECT_HANDLE)> {
-        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
-        match m.get(&(key, prov)) {
-            Some(c) if c.guards != guards => m.remove(&(key, prov)).map(|c| (prov, c.h)),
+        let mut m = self.write();
+        match m.by_key.get(&(key, prov)) {
+            Some(c) if c.guards != guards => m.remove(key, prov).map(|c| (prov, c.h)),
             _ => None,
         }
     }
     /// Forgets the clone of `key` in `prov` if it is `h`, which the provider no longer has;
     /// whether it did.
     fn forget_lost(&self, key: CK_OBJECT_HANDLE, prov: usize, h: CK_OBJECT_HANDLE) -> bool {
-        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
-        if m.get(&(key, prov)).is_some_and(|c| c.h == h) {
-            m.remove(&(key, prov));
+        let mut m = self.write();
+        if m.by_key.get(&(key, prov)).is_some_and(|c| c.h == h) {
+            m.remove(key, prov);
             return true;
         }
         false
     }
-    /// Whether `h` is a clone slot 0 keeps in `prov`.
+    /// Whether `h` is a clone slot 0 keeps in `prov` (one hash lookup).
     pub fn holds(&self, prov: usize, h: CK_OBJECT_HANDLE) -> bool {
-        self.map
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|(&(_, p), c)| p == prov && c.h == h)
+        self.read().by_handle.contains_key(&(prov, h))
     }
     /// No clone is cached.
     pub fn is_empty(&self) -> bool {
-        self.map
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.read().by_key.is_empty()
     }
     /// Removes the clones whose original `gone` says no longer exists, returning (provider,
     /// clone handle) pairs to destroy. `gone` runs without the cache locked.
@@ -120,9 +149,8 @@ impl CloneCache {
         mut gone: impl FnMut(CK_OBJECT_HANDLE) -> bool,
     ) -> Vec<(usize, CK_OBJECT_HANDLE)> {
         let all: Vec<_> = self
-            .map
             .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .by_key
             .iter()
             .map(|(&(k, p), c)| (k, p, c.h))
             .collect();
@@ -133,24 +161,25 @@ impl CloneCache {
                 dead.push((k, p, h));
             }
         }
-        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.write();
         dead.into_iter()
             .filter(|&(k, p, h)| {
-                m.get(&(k, p)).is_some_and(|c| c.h == h) && m.remove(&(k, p)).is_some()
+                m.by_key.get(&(k, p)).is_some_and(|c| c.h == h) && m.remove(k, p).is_some()
             })
             .map(|(_, p, h)| (p, h))
             .collect()
     }
     /// Removes every clone of `key`, returning (provider, clone handle) pairs to destroy.
     pub fn forget(&self, key: CK_OBJECT_HANDLE) -> Vec<(usize, CK_OBJECT_HANDLE)> {
-        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.write();
         let gone: Vec<_> = m
+            .by_key
             .iter()
             .filter(|((k, _), _)| *k == key)
             .map(|((_, p), c)| (*p, c.h))
             .collect();
         for (p, _) in &gone {
-            m.remove(&(key, *p));
+            m.remove(key, *p);
         }
         gone
     }
@@ -409,10 +438,8 @@ impl OpenCf {
         let made = self.make_clone(ms, prov, key, &guards)?;
         if let Some(h) = made {
             self.clones
-                .map
                 .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert((key, prov), KeyClone { h, guards });
+                .insert(key, prov, KeyClone { h, guards });
         }
         Ok(made)
     }

@@ -14,8 +14,9 @@ macro_rules! init_fn {
             dispatch!(
                 self,
                 s,
-                |p, h, c| {
+                |p, h, c, @prov| {
                     crate::crypt::allowed(c, mech)?;
+                    self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
                     p.$name(h, mech, k)
                 },
                 |m| self.meta_init(m, $kind, mech, Some(k), &[])
@@ -119,8 +120,9 @@ impl OpenCf {
         dispatch!(
             self,
             s,
-            |p, h, c| {
+            |p, h, c, @prov| {
                 crate::crypt::allowed(c, mech)?;
+                self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
                 p.verify_signature_init(h, mech, k, sig)
             },
             |m| self.meta_init(m, OpKind::VerifySignature, mech.into(), Some(k), sig)

@@ -811,6 +811,47 @@ fn clones_are_slot_0s_own() {
     );
     invalid(own.copy_object(clone, &[]).map(|_| ()), "C_CopyObject");
     invalid(own.destroy_object(clone), "C_DestroyObject");
+    // Nor does an operation there take a clone's handle for its key.
+    let refused = |r: Result<(), Error>, rv: RvError, what: &str| match r {
+        Err(Error::Pkcs11(got, _)) if got == rv => {}
+        other => panic!("{what} with a clone in the provider's own slot: {other:?}"),
+    };
+    let key_invalid = RvError::KeyHandleInvalid;
+    refused(
+        own.encrypt(&Mechanism::AesEcb, clone, &block).map(|_| ()),
+        key_invalid,
+        "C_EncryptInit",
+    );
+    refused(
+        own.decrypt(&Mechanism::AesEcb, clone, &block).map(|_| ()),
+        key_invalid,
+        "C_DecryptInit",
+    );
+    refused(
+        own.sign(&Mechanism::AesCMac, clone, &block).map(|_| ()),
+        key_invalid,
+        "C_SignInit",
+    );
+    let own_key = aes_128(&own, false, false);
+    refused(
+        own.wrap_key(&Mechanism::AesKeyWrap, clone, own_key)
+            .map(|_| ()),
+        RvError::WrappingKeyHandleInvalid,
+        "C_WrapKey's wrapping key",
+    );
+    refused(
+        own.wrap_key(&Mechanism::AesKeyWrap, own_key, clone)
+            .map(|_| ()),
+        key_invalid,
+        "C_WrapKey's key",
+    );
+    refused(
+        own.unwrap_key(&Mechanism::AesKeyWrap, clone, &[0; 24], &[])
+            .map(|_| ()),
+        RvError::UnwrappingKeyHandleInvalid,
+        "C_UnwrapKey",
+    );
+    own.destroy_object(own_key).unwrap();
     assert_eq!(
         s.encrypt(&Mechanism::AesEcb, k, &block).unwrap(),
         first,

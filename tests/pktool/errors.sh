@@ -13,11 +13,16 @@ jcheck "wrong PIN in --json names the CKR" "d['ckr'] == 'CKR_PIN_INCORRECT' and 
 check "unknown object: exit 5" 5 "no object matches label='ghost'" PKTP export --label ghost
 check "ambiguous label: exit 6" 6 "2 objects match label='dup'; narrow it" PKTP export --label dup
 check "unreadable PIN file: exit 4" 4 'cannot read the file .*no-such-pin holding the PIN' PKT --pin-file "$WORK/no-such-pin" list
+: >"$WORK/empty-pin"
+check "empty PIN file: usage error, no login tried" 2 "the file .*empty-pin holding the PIN .* is empty" PKT --pin-file "$WORK/empty-pin" list
+check "PIN file that never ends (/dev/zero): exit 4" 4 "the file /dev/zero holding the PIN .* is longer than 65536 bytes" PKT --pin-file /dev/zero list
+check "PIN from a pipe (process substitution)" 0 "" PKT --pin-file <(cat "$WORK/pin") list
 check "unreadable input file: exit 4" 4 'cannot read /nonexistent/key.pem' PKTP import -i /nonexistent/key.pem
 check "unwritable output: exit 4" 4 'cannot write /nonexistent/dir/out.pem' PKTP export --label dup --type public -o /nonexistent/dir/out.pem
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout k.pem -out c.pem -subj /CN=x 2>/dev/null
 openssl pkcs12 -export -inkey k.pem -in c.pem -out x.p12 -passout pass:right
 check "wrong PKCS#12 password: exit 9" 9 'wrong password' env P12=wrong "$PKTOOL" --module "$MODULE_LIB" --pin-file "$WORK/pin" import -i x.p12 --p12-pass-env P12
+check "empty PKCS#12 password file is an empty password" 9 'wrong password' PKTP import -i x.p12 --p12-pass-file "$WORK/empty-pin"
 cat k.pem c.pem >mixed.pem
 printf -- '-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n' >>mixed.pem
 check "PEM with a block it cannot import: exit 4, nothing stored" 4 "PEM 'X509 CRL' is not importable" PKTP import -i mixed.pem

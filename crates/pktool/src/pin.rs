@@ -2,7 +2,7 @@
 //! (unsafe: visible in `ps`), or a prompt on /dev/tty with echo off.
 
 use crate::error::{Error, Result};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use zeroize::Zeroizing;
 
 #[derive(Debug, Clone, Default)]
@@ -47,21 +47,45 @@ impl SecretSource {
                 });
         }
         if let Some(path) = &self.file {
-            let data = Zeroizing::new(std::fs::read(path).map_err(|e| {
+            let cannot = |e| {
                 Error::io(
                     format!("cannot read the file {} holding the {what}", path.display()),
                     e,
                 )
-            })?);
+            };
+            // Read through a bound: the file may be a pipe (`--pin-file <(...)`), and must not
+            // be a device that never ends.
+            let mut data = Zeroizing::new(Vec::new());
+            std::fs::File::open(path)
+                .and_then(|f| f.take(MAX_SECRET_FILE + 1).read_to_end(&mut data))
+                .map_err(cannot)?;
+            if data.len() as u64 > MAX_SECRET_FILE {
+                return Err(Error::File(format!(
+                    "the file {} holding the {what} is longer than {MAX_SECRET_FILE} bytes",
+                    path.display()
+                )));
+            }
             let text = std::str::from_utf8(&data)
                 .map_err(|_| Error::File(format!("{what} file {} is not UTF-8", path.display())))?;
             // The first line, without its line end.
             let line = text.lines().next().unwrap_or("");
+            if line.is_empty() && self.options != FILE_PASS_OPTIONS {
+                // An empty file's PIN is a mistake (a file truncated, the wrong path); a
+                // token's failed login would count against the PIN. A file's password may
+                // be empty.
+                return Err(Error::Usage(format!(
+                    "the file {} holding the {what} is empty (its first line is the {what})",
+                    path.display()
+                )));
+            }
             return Ok(Some(Zeroizing::new(line.to_string())));
         }
         Ok(None)
     }
 }
+
+/// The most a PIN or password file may hold (its first line is the secret).
+const MAX_SECRET_FILE: u64 = 64 * 1024;
 
 /// The error when a secret is needed and there is no terminal: it names `options`, the
 /// options that supply that secret.

@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -489,10 +489,24 @@ fn line_of(text: &str, offset: usize) -> usize {
 
 /// Reads and validates one file. Environment overrides are not applied.
 pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
-    let text = fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(Some(path), None, format!("cannot read: {e}")))?;
+    let fail = |msg: String| ConfigError::new(Some(path), None, msg);
+    // Read through a bound: every application reads this file at `C_Initialize`, and a path
+    // that leads to a device that never ends must be an error, not all its memory.
+    let mut data = Vec::new();
+    File::open(path)
+        .and_then(|f| f.take(MAX_CONFIG_FILE + 1).read_to_end(&mut data))
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    if data.len() as u64 > MAX_CONFIG_FILE {
+        return Err(fail(format!(
+            "cannot read: larger than {MAX_CONFIG_FILE} bytes"
+        )));
+    }
+    let text = String::from_utf8(data).map_err(|_| fail("cannot read: not UTF-8".into()))?;
     parse_str(&text, Some(path))
 }
+
+/// The most a configuration file may hold (1 MiB: a thousand providers take some 100 KiB).
+pub const MAX_CONFIG_FILE: u64 = 1 << 20;
 
 /// Parses and validates TOML text; `file` is used in errors and as the [`Source`].
 pub fn parse_str(text: &str, file: Option<&Path>) -> Result<Config, ConfigError> {

@@ -221,6 +221,23 @@ fn error_display_forms() {
 }
 
 #[test]
+fn load_from_reads_through_a_bound() {
+    let e = load_from(Path::new("/dev/zero")).unwrap_err().to_string();
+    assert_eq!(e, "/dev/zero: cannot read: larger than 1048576 bytes");
+    let dir = tempfile::tempdir().unwrap();
+    let latin1 = dir.path().join("latin1.toml");
+    fs::write(&latin1, b"# caf\xe9\n").unwrap();
+    let e = load_from(&latin1).unwrap_err().to_string();
+    assert!(e.ends_with("cannot read: not UTF-8"), "{e}");
+    // Exactly at the bound is still read.
+    let full = dir.path().join("full.toml");
+    let mut text = String::from("[metaslot]\nenabled = true\n");
+    text.push_str(&"#".repeat(MAX_CONFIG_FILE as usize - text.len()));
+    fs::write(&full, &text).unwrap();
+    assert!(load_from(&full).unwrap().metaslot.enabled);
+}
+
+#[test]
 fn mechanism_names() {
     assert_eq!(mechanism_from_name("CKM_AES_GCM"), Some(sys::CKM_AES_GCM));
     assert_eq!(mechanism_from_name("0x1087"), Some(0x1087));

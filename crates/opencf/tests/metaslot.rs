@@ -298,6 +298,32 @@ fn bad_config_fails_initialize() {
     drop(p);
 }
 
+/// A configuration path that leads to a device that never ends (or to a file of over 1 MiB)
+/// fails `C_Initialize` at once, having read 1 MiB, rather than reading without end.
+#[test]
+fn endless_config_fails_initialize() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fresh_dir("metaslot-endless");
+    std::env::set_var("OPENCF_SOFTTOKEN_DIR", &dir);
+    // A configuration that works, then one byte past the bound.
+    let good = SOFTTOKEN_ONLY.replace(
+        "@SOFTTOKEN@",
+        &release("libopencf_softtoken.so").display().to_string(),
+    ) + "#";
+    let big = dir.join("big.toml");
+    std::fs::write(&big, good.clone() + &"#".repeat((1 << 20) + 1 - good.len())).unwrap();
+    for conf in [Path::new("/dev/zero"), &big] {
+        std::env::set_var("OPENCF_CONF", conf);
+        let p = Pkcs11::new(framework_lib()).unwrap();
+        let r = p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK));
+        assert!(
+            matches!(r, Err(Error::Pkcs11(RvError::FunctionFailed, _))),
+            "C_Initialize with OPENCF_CONF={}: {r:?}",
+            conf.display()
+        );
+    }
+}
+
 #[test]
 fn metaslot_disabled_by_env() {
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());

@@ -9,7 +9,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, hex, provider, release};
+use common::{child_test, framework_lib, fresh_dir, hex, provider, release};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::mechanism::aead::GcmParams;
@@ -17,7 +17,6 @@ use cryptoki::mechanism::Mechanism;
 use cryptoki::object::Attribute;
 use cryptoki::session::UserType;
 use cryptoki::types::AuthPin;
-use std::process::Command;
 
 /// Not a test on its own: in a child process it uses slot 0 (a token object made by an
 /// earlier child, a new session key, AES-GCM both ways) and prints whether the software
@@ -89,13 +88,9 @@ fn child(
     keystore: &std::path::Path,
     linked: Option<&str>,
 ) -> (bool, String) {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "linked_child", "--nocapture", "--test-threads=1"])
-        .env("OPENCF_LINKED_CHILD", "1")
-        .env("OPENCF_CONF", conf)
-        .env("OPENCF_SOFTTOKEN_DIR", keystore)
-        .env_remove("OPENCF_METASLOT_ENABLED")
-        .env_remove("OPENCF_METASLOT_KEYSTORE");
+    let mut cmd = child_test("linked_child", "OPENCF_LINKED_CHILD");
+    cmd.env("OPENCF_CONF", conf)
+        .env("OPENCF_SOFTTOKEN_DIR", keystore);
     match linked {
         Some(v) => cmd.env("OPENCF_SOFTTOKEN_LINKED", v),
         None => cmd.env_remove("OPENCF_SOFTTOKEN_LINKED"),

@@ -7,7 +7,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf-faulty -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, provider, release};
+use common::{child_test, framework_lib, fresh_dir, provider, release};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use std::collections::BTreeMap;
@@ -38,7 +38,7 @@ fn slots_child() {
 
 /// Runs [`slots_child`] in a new process over `conf` and returns slot ID → "label | slot".
 fn slots_in_child(conf: &Path, keystore: &Path) -> BTreeMap<u64, String> {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let mut cmd = child_test("slots_child", "OPENCF_SLOTS_CHILD");
     cmd.env("OPENCF_CONF", conf);
     slots_in_child_with(cmd, keystore)
 }
@@ -46,14 +46,10 @@ fn slots_in_child(conf: &Path, keystore: &Path) -> BTreeMap<u64, String> {
 /// [`slots_in_child`] with the configuration environment already set on `cmd`.
 fn slots_in_child_with(mut cmd: Command, keystore: &Path) -> BTreeMap<u64, String> {
     let out = cmd
-        .args(["--exact", "slots_child", "--nocapture", "--test-threads=1"])
-        .env("OPENCF_SLOTS_CHILD", "1")
         .env("OPENCF_SOFTTOKEN_DIR", keystore)
         .env("OPENCF_FAULTY_INNER", release("libopencf_softtoken.so"))
         .env_remove("OPENCF_FAULTY_MODE")
         .env_remove("OPENCF_FAULTY_SWITCH")
-        .env_remove("OPENCF_METASLOT_ENABLED")
-        .env_remove("OPENCF_METASLOT_KEYSTORE")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -145,7 +141,7 @@ fn broken_accelerator_of_the_default_is_skipped() {
     )
     .unwrap();
     std::fs::write(lib.join("libopencf_accel.so"), b"not a shared object\n").unwrap();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let mut cmd = child_test("slots_child", "OPENCF_SLOTS_CHILD");
     cmd.env("OPENCF_LIB_DIR", &lib)
         .env("XDG_CONFIG_HOME", dir.join("xdg"))
         .env_remove("OPENCF_CONF");
@@ -162,9 +158,7 @@ fn broken_accelerator_of_the_default_is_skipped() {
             + &provider("softtoken", &lib.join("libopencf_softtoken.so")),
     )
     .unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "slots_child", "--nocapture", "--test-threads=1"])
-        .env("OPENCF_SLOTS_CHILD", "1")
+    let out = child_test("slots_child", "OPENCF_SLOTS_CHILD")
         .env("OPENCF_CONF", &conf)
         .env("OPENCF_SOFTTOKEN_DIR", &ks)
         .output()

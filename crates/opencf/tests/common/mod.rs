@@ -59,6 +59,18 @@ pub fn provider(name: &str, module: &Path) -> String {
     )
 }
 
+/// This test binary run again as a child process, filtered to the test `name`, with `var` set
+/// to 1 (the child test does its work only where it is) and without the environment's
+/// metaslot overrides.
+pub fn child_test(name: &str, var: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(var, "1")
+        .env_remove("OPENCF_METASLOT_ENABLED")
+        .env_remove("OPENCF_METASLOT_KEYSTORE");
+    cmd
+}
+
 /// Lower-case hex of `b`.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

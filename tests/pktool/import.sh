@@ -76,4 +76,14 @@ jcheck "second user's: the CA already present, not stored again" \
     PKTP --json import -i bob.p12 --p12-pass-file p12pass
 jcheck "one CA certificate in the token" "len(d['objects']) == 1" PKTP --json list --label 'Shared CA'
 check "the text output names it present" 0 'present +cert +label="Shared CA"' PKTP import -i bob.p12 --p12-pass-file p12pass --label bob2
+# The names a PKCS#12 file gives its key's certificate and its CA certificates label them
+# (the CN where it gives none); --label still wins.
+openssl pkcs12 -export -inkey alice.key -in alice.crt -certfile ca.crt -name "Alice's signing key" \
+    -caname "Our CA" -out named.p12 -passout file:p12pass
+jcheck "friendlyName labels the key pair, its certificate and the CA" \
+    "sorted(o['label'] for o in d['created']) == [\"Alice's signing key\"] * 3 + ['Our CA']" \
+    PKTP --json import -i named.p12 --p12-pass-file p12pass --allow-duplicate-label
+jcheck "--label over the friendlyName" \
+    "sorted(o['label'] for o in d['created'])[:3] == ['alice3'] * 3" \
+    PKTP --json import -i named.p12 --p12-pass-file p12pass --label alice3 --allow-duplicate-label
 finish

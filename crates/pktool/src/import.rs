@@ -4,9 +4,10 @@
 //! A group is what shares one public key: a private key, the certificates for it and any
 //! `PUBLIC KEY` of it in the file. The file's "own" groups are those with a private key, or
 //! every group when the file holds no private key. `--label` names the own groups (default:
-//! the CN of the group's first certificate); other certificates (a chain next to a key, the
-//! CA certificates of a PKCS#12 file) are labelled with their CN. `--id` needs exactly one own
-//! group; every other group's CKA_ID is the SHA-1 of its public value.
+//! the PKCS#12 `friendlyName` of the group's first certificate, else its CN); other
+//! certificates (a chain next to a key, the CA certificates of a PKCS#12 file) are labelled
+//! with their `friendlyName`, else their CN. `--id` needs exactly one own group; every other
+//! group's CKA_ID is the SHA-1 of its public value.
 
 use crate::error::{Error, Result};
 use crate::keys::{self, KeyOpts};
@@ -212,6 +213,13 @@ struct Group {
     certs: Vec<X509>,
 }
 
+/// The name a PKCS#12 file gives a certificate (its bag's `friendlyName`, which OpenSSL keeps
+/// with the certificate it reads), when it is UTF-8 and not empty.
+fn friendly_name(c: &X509) -> Option<String> {
+    let name = std::str::from_utf8(c.alias()?).ok()?.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 fn common_name(c: &X509) -> Option<String> {
     c.subject_name()
         .entries_by_nid(openssl::nid::Nid::COMMONNAME)
@@ -295,11 +303,14 @@ pub fn plan_marked(
     }
     let mut out = Vec::new();
     for g in &groups {
-        let cn = g.certs.first().and_then(common_name);
+        let named = g
+            .certs
+            .first()
+            .and_then(|c| friendly_name(c).or_else(|| common_name(c)));
         let (label, id) = if own(g) {
-            (o.label.clone().or(cn), o.id.clone())
+            (o.label.clone().or(named), o.id.clone())
         } else {
-            (cn, None)
+            (named, None)
         };
         let id = match id {
             Some(id) => id,

@@ -229,6 +229,13 @@ check "resumption by session ID (TLS 1.2, -no_ticket): Reused" resumed "$P_RSA" 
 check "resumption by ticket (TLS 1.3): Reused" resumed "$P_EC" -tls1_3
 check "resumption by ticket (TLS 1.2): Reused" resumed "$P_EC" -tls1_2
 
+# --- the benchmark client ----------------------------------------------------------------------
+bench_ca_refused() { # a CA path that is not a regular file: an error at once, not a read without end
+    local out; out=$(timeout 10 "$REL/tls-bench" run --connect "127.0.0.1:$P_EC" --ca /dev/zero -d 1 2>&1)
+    [ $? -eq 1 ] && grep -q "/dev/zero: not a regular file" <<<"$out" || { sed 's/^/    /' <<<"$out"; return 1; }
+}
+check "tls-bench refuses a CA file that is a device (/dev/zero)" bench_ca_refused
+
 # --- fallback ----------------------------------------------------------------------------------
 fallback_ok() {
     local out; out=$(s_client "$P_RSA" -tls1_2 -cipher AES128-SHA)

@@ -170,9 +170,15 @@ fn rt(threads: usize) -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
-fn client_config(ca: &PathBuf, resume: bool, tls12: bool) -> Result<Arc<ClientConfig>, String> {
+fn client_config(
+    ca: &std::path::Path,
+    resume: bool,
+    tls12: bool,
+) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).map_err(|e| format!("{}: {e}", ca.display()))? {
+    // The same bound as the proxy's own certificate files: a regular file of at most 64 MiB.
+    let pem = opencf_tlsproxy::files::read(ca, opencf_tlsproxy::files::MAX_DATA_FILE)?;
+    for c in CertificateDer::pem_slice_iter(&pem) {
         roots
             .add(c.map_err(|e| format!("{}: {e}", ca.display()))?)
             .map_err(|e| format!("{}: {e}", ca.display()))?;

@@ -227,5 +227,18 @@ else
     expect "--async-depth without asynchronous sessions explained" 'does not offer asynchronous sessions' asyncno.out
 fi
 
+# Counts out of range are usage errors (exit 2) naming the range, before anything runs: a
+# thread count the machine cannot start, a search among no objects.
+for bad in "--threads 100000:1..=1024" "--threads 0:1..=1024" "--multi 1000:1..=256" \
+    "--async-threads 0:1..=1024" "--find-objects 0:1..=1000000"; do
+    rc=0
+    "$CFSPEED" ${bad%%:*} CKM_SHA256 >range.out 2>&1 || rc=$?
+    if [ "$rc" -eq 2 ] && grep -q "is not in ${bad##*:}" range.out; then
+        ok "${bad%%:*}: usage error naming ${bad##*:}"
+    else
+        fail "${bad%%:*}: exit $rc"; cat range.out >&2
+    fi
+done
+
 echo "cfspeed: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

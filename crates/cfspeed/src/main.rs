@@ -126,15 +126,15 @@ struct Args {
     vs_env: Vec<String>,
 
     /// Threads, each with its own session; with N > 1, 1 thread is measured
-    /// too and the scaling printed.
-    #[arg(long, default_value_t = 1)]
+    /// too and the scaling printed (at most 1024).
+    #[arg(long, default_value_t = 1, value_parser = count(MAX_THREADS))]
     threads: usize,
     /// Measure only --threads N, not also 1 thread (for profiling).
     #[arg(long, hide = true)]
     only_threads: bool,
     /// Run N cfspeed processes side by side and add up their figures (like
-    /// `openssl speed -multi`).
-    #[arg(long, default_value_t = 1)]
+    /// `openssl speed -multi`; at most 256).
+    #[arg(long, default_value_t = 1, value_parser = count(MAX_PROCESSES))]
     multi: usize,
     /// Internal: a process started by --multi (JSON on stdout, no progress).
     #[arg(long, hide = true)]
@@ -163,8 +163,8 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "2048")]
     rsa_bits: Vec<u32>,
     /// Token objects the `find` benchmark searches among (created once,
-    /// reused by later runs on the same keystore).
-    #[arg(long, default_value_t = 10_000)]
+    /// reused by later runs on the same keystore; 1 to 1,000,000).
+    #[arg(long, default_value_t = 10_000, value_parser = count(MAX_FIND_OBJECTS))]
     find_objects: usize,
     /// Find the input size from which the module is faster than --vs-module
     /// (or, without it, native OpenSSL) and print the `min_bytes` policy
@@ -177,8 +177,8 @@ struct Args {
     #[arg(long, value_name = "N")]
     async_depth: Option<usize>,
     /// With --async-depth: this many polling threads, each with its own N sessions and key,
-    /// started together; their rates are summed.
-    #[arg(long, value_name = "T", default_value_t = 1)]
+    /// started together; their rates are summed (at most 1024).
+    #[arg(long, value_name = "T", default_value_t = 1, value_parser = count(MAX_THREADS))]
     async_threads: usize,
     /// Print the results as JSON instead of tables.
     #[arg(long)]
@@ -367,6 +367,19 @@ impl Progress {
     }
 }
 
+/// The most threads of `--threads` and `--async-threads`: each is started at once and holds a
+/// session; beyond this a machine's thread limit answers before the module does.
+const MAX_THREADS: u64 = 1024;
+/// The most processes of `--multi`.
+const MAX_PROCESSES: u64 = 256;
+/// The most token objects `--find-objects` makes.
+const MAX_FIND_OBJECTS: u64 = 1_000_000;
+
+/// A count option's parser: 1 to `max`, refused by clap's usage error otherwise.
+fn count(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=max)
+}
+
 /// What `measure` needs besides the targets.
 struct Ctx {
     runs: usize,
@@ -380,12 +393,8 @@ fn run(args: Args) -> Result<bool, String> {
     let default_set = args.mechanisms.is_empty() && !args.break_even;
     let seconds = args.seconds.unwrap_or(if default_set { 0.5 } else { 1.0 });
     let runs = args.runs.unwrap_or(if default_set { 3 } else { 5 });
-    if args.threads == 0
-        || args.multi == 0
-        || runs == 0
-        || seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
-    {
-        return Err("--threads, --multi, --runs and --seconds must be positive".into());
+    if runs == 0 || seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        return Err("--runs and --seconds must be positive".into());
     }
     if let Some(c) = &args.chart {
         let ext = c

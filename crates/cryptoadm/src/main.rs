@@ -962,9 +962,18 @@ fn warn_no_token(label: &str) {
 /// has its keystore token.
 fn refresh(path: Option<&Path>, lib: &Path, json: bool) -> Result<u8, Fail> {
     let r = read_config(path, lib)?;
-    let cfg = &r.cfg;
     let mut problems: Vec<String> = Vec::new();
     let mut checked = Vec::new();
+    // The metaslot as an application started from this environment has it: the framework
+    // applies `OPENCF_METASLOT_ENABLED` and `OPENCF_METASLOT_KEYSTORE` over the file.
+    let mut with_env = r.cfg.clone();
+    if let Err(e) = config::apply_env_overrides(&mut with_env) {
+        problems.push(format!(
+            "{e}: applications started with this environment fail C_Initialize"
+        ));
+    }
+    let overridden = overrides_words(&r.cfg.metaslot, &with_env.metaslot);
+    let cfg = &with_env;
     match &r.missing {
         Some(m) if m.framework => problems.push(m.refusal()),
         _ => {
@@ -998,8 +1007,14 @@ fn refresh(path: Option<&Path>, lib: &Path, json: bool) -> Result<u8, Fail> {
         }
     }
     if json {
-        print_listing(&r, json!({ "providers": checked, "problems": problems }));
+        print_listing(
+            &r,
+            json!({ "providers": checked, "problems": problems, "environment": overridden }),
+        );
     } else {
+        for o in &overridden {
+            outln!("environment: {o}");
+        }
         for p in &problems {
             outln!("{p}");
         }
@@ -1012,6 +1027,27 @@ fn refresh(path: Option<&Path>, lib: &Path, json: bool) -> Result<u8, Fail> {
         }
     }
     Ok(if problems.is_empty() { 0 } else { EXIT_PROBLEM })
+}
+
+/// What the environment's overrides change in the file's metaslot section, in words.
+fn overrides_words(file: &config::MetaslotConfig, env: &config::MetaslotConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if file.enabled != env.enabled {
+        out.push(format!(
+            "{} turns the metaslot {}",
+            config::ENV_METASLOT_ENABLED,
+            if env.enabled { "on" } else { "off" }
+        ));
+    }
+    if file.keystore != env.keystore {
+        out.push(format!(
+            "{} makes \"{}\" the keystore token (the file names \"{}\")",
+            config::ENV_METASLOT_KEYSTORE,
+            env.keystore,
+            file.keystore
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -26,7 +26,9 @@ impl Env {
         c.arg("--config").arg(&self.cfg).args(args);
         c.env("OPENCF_LIB_DIR", &self.lib)
             .env("OPENCF_SOFTTOKEN_DIR", self.dir.path().join("keystore"))
-            .env_remove("OPENCF_CONF");
+            .env_remove("OPENCF_CONF")
+            .env_remove("OPENCF_METASLOT_ENABLED")
+            .env_remove("OPENCF_METASLOT_KEYSTORE");
         c
     }
     fn run(&self, args: &[&str]) -> Output {
@@ -785,6 +787,45 @@ fn the_keystore_token_is_checked() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["problems"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["providers"][0]["ok"], true, "{v}");
+
+    // The environment's overrides count as the framework applies them: a keystore label
+    // that no provider has, a metaslot turned off, a value the framework refuses.
+    e.ok(&["enable", "metaslot", "token=OpenCF Softtoken"]);
+    let with = |var: &str, value: &str, args: &[&str]| {
+        let o = e.cmd(args).env(var, value).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        (o.status.code().unwrap(), out)
+    };
+    let (code, out) = with("OPENCF_METASLOT_KEYSTORE", "Elsewhere", &["refresh"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "environment: OPENCF_METASLOT_KEYSTORE makes \"Elsewhere\" the keystore token \
+             (the file names \"OpenCF Softtoken\")"
+        ) && out.contains("metaslot keystore token \"Elsewhere\" not found in any provider"),
+        "{out}"
+    );
+    let (code, out) = with(
+        "OPENCF_METASLOT_KEYSTORE",
+        "Elsewhere",
+        &["refresh", "--json"],
+    );
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["environment"].as_array().unwrap().len(), 1, "{v}");
+    let (code, out) = with("OPENCF_METASLOT_ENABLED", "no", &["refresh"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("environment: OPENCF_METASLOT_ENABLED turns the metaslot off"),
+        "{out}"
+    );
+    let (code, out) = with("OPENCF_METASLOT_ENABLED", "maybe", &["refresh"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("OPENCF_METASLOT_ENABLED: invalid value \"maybe\"")
+            && out.contains("applications started with this environment fail C_Initialize"),
+        "{out}"
+    );
 
     // With the metaslot disabled the keystore is not needed: no problem, no refusal.
     e.ok(&["enable", "metaslot", "token=OpenCF Softtoken"]);

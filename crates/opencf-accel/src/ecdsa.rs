@@ -69,6 +69,15 @@ impl EcdsaKey {
         Ok(EcdsaKey { openssl, engine })
     }
 
+    /// The DER SubjectPublicKeyInfo of the key's point.
+    pub fn public_key_info(&self) -> CkResult<Vec<u8>> {
+        let public = EcKey::from_public_key(self.openssl.group(), self.openssl.public_key())
+            .map_err(ossl)?;
+        openssl::pkey::PKey::from_ec_key(public)
+            .and_then(|k| k.public_key_to_der())
+            .map_err(ossl)
+    }
+
     /// OpenSSL's signature of `hash` (its leftmost 256 bits), as `r || s`.
     pub fn sign_openssl(&self, hash: &[u8]) -> CkResult<Vec<u8>> {
         let sig = EcdsaSig::sign(hash, &self.openssl).map_err(ossl)?;

@@ -350,7 +350,33 @@ impl Object {
         }
         match self.attrs.iter().find(|a| a.kind == kind) {
             Some(a) => AttrValue::Value(a.value.clone()),
+            None if kind == CKA_PUBLIC_KEY_INFO && self.class != CKO_SECRET_KEY => {
+                AttrValue::Value(self.public_key_info().unwrap_or_default())
+            }
             None => AttrValue::Invalid,
+        }
+    }
+
+    /// `CKA_PUBLIC_KEY_INFO` of a public or private key, derived when read: the DER
+    /// SubjectPublicKeyInfo of an RSA key's modulus and exponent or of a P-256 private key's
+    /// point. `None` where it cannot be derived (an EC key of another curve), which reads as
+    /// the attribute's default, empty.
+    fn public_key_info(&self) -> Option<Vec<u8>> {
+        match self.key_type {
+            CKK_RSA => {
+                let part = |k| {
+                    let a = self.attrs.iter().find(|a| a.kind == k)?;
+                    BigNum::from_slice(&a.value).ok()
+                };
+                let rsa = openssl::rsa::Rsa::from_public_components(
+                    part(CKA_MODULUS)?,
+                    part(CKA_PUBLIC_EXPONENT)?,
+                )
+                .ok()?;
+                PKey::from_rsa(rsa).ok()?.public_key_to_der().ok()
+            }
+            CKK_EC => self.ecdsa().ok()?.public_key_info().ok(),
+            _ => None,
         }
     }
 

@@ -236,6 +236,29 @@ fn token_and_object_rules() {
     }
     let got = s.get_attributes(h, &[AttributeType::Modulus]).unwrap();
     assert_eq!(got, vec![Attribute::Modulus(key.n().to_vec())]);
+    // CKA_PUBLIC_KEY_INFO, derived when read: the SubjectPublicKeyInfo OpenSSL writes for
+    // the key, for the private key and for a public key object alike.
+    let spki = PKey::from_rsa(key.clone())
+        .unwrap()
+        .public_key_to_der()
+        .unwrap();
+    let public = s
+        .create_object(&[
+            Attribute::Class(ObjectClass::PUBLIC_KEY),
+            Attribute::KeyType(KeyType::RSA),
+            Attribute::Token(false),
+            Attribute::Modulus(key.n().to_vec()),
+            Attribute::PublicExponent(key.e().to_vec()),
+        ])
+        .unwrap();
+    for o in [h, public] {
+        assert_eq!(
+            s.get_attributes(o, &[AttributeType::PublicKeyInfo])
+                .unwrap(),
+            vec![Attribute::PublicKeyInfo(spki.clone())]
+        );
+    }
+    s.destroy_object(public).unwrap();
     let found = s
         .find_objects(&[Attribute::Label(b"rsa-a".to_vec())])
         .unwrap();

@@ -192,6 +192,18 @@ fn bad_ecdsa_keys_and_calls() {
     assert_eq!(p.sign_init(s, &m, rsa), Err(CKR_KEY_TYPE_INCONSISTENT));
     let key = p256_key();
     let h = create_ec_key(p, s, &P256, &key.private_key().to_vec());
+    // CKA_PUBLIC_KEY_INFO, derived when read: the key's SubjectPublicKeyInfo as OpenSSL
+    // writes it on P-256, empty (the attribute's default) on a curve the engine does not hold.
+    let spki = openssl::pkey::PKey::from_ec_key(
+        EcKey::from_public_key(key.group(), key.public_key()).unwrap(),
+    )
+    .unwrap()
+    .public_key_to_der()
+    .unwrap();
+    let info = |h| p.get_attribute_value(s, h, &[CKA_PUBLIC_KEY_INFO]).unwrap();
+    assert_eq!(info(h), vec![AttrValue::Value(spki)]);
+    let other = create_ec_key(p, s, &oid384, &p384.private_key().to_vec());
+    assert_eq!(info(other), vec![AttrValue::Value(vec![])]);
     let with_param = Mechanism {
         mechanism: CKM_ECDSA,
         param: MechParam::Bytes(vec![1, 2, 3]),

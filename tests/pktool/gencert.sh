@@ -15,6 +15,12 @@ check "validity in days" 0 'notAfter' openssl x509 -in rsa.crt -noout -enddate
 ok "--ca sets CA:TRUE" bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin gencert --label ec --subject CN=ca --ca --no-store -o ca.crt && openssl x509 -in ca.crt -noout -text | grep -q 'CA:TRUE'"
 check "--serial" 0 'serial=0ABCDEF1' bash -c "$PKTOOL --module $MODULE_LIB --pin-file $WORK/pin gencert --label ec --subject CN=s --serial 0abcdef1 --no-store -o s.crt && openssl x509 -in s.crt -noout -serial"
 check "empty subject: usage error" 2 'subject is empty' PKTP gencert --label ec --subject "" --no-store -o empty.crt
+check "unknown subject name: usage error naming it" 2 "unknown attribute name 'XX'" PKTP gencert --label ec --subject "XX=1" --no-store -o x.crt
+long="CN=$(printf 'a%.0s' $(seq 1 5000))"
+check "a CN over 64 characters: the reason, the value cut short" 2 \
+    "subject part 'CN=a{37}…': bad value for CN \(5000 characters\): string too long\$" \
+    PKTP gencert --label ec --subject "$long" --no-store -o x.crt
+check "C of three letters: too long" 2 'bad value for C \(3 characters\): string too long' PKTP gencert --label ec --subject "C=USA" --no-store -o x.crt
 PKTP genkeypair --keytype x25519 --label xk >/dev/null
 check "X25519 cannot sign: usage error" 2 'RSA, EC and EdDSA' PKTP gencert --label xk --subject CN=x
 # The certificate takes the key's label: a second one for that key is refused unless allowed.

@@ -56,10 +56,37 @@ pub fn parse_subject(subject: &str) -> Result<X509Name> {
         let (k, v) = p
             .split_once('=')
             .ok_or_else(|| Error::Usage(format!("subject part '{p}' has no '=' (CN=…,O=…)")))?;
-        b.append_entry_by_text(k.trim(), v.trim())
-            .map_err(|_| Error::Usage(format!("subject part '{p}': unknown name or bad value")))?;
+        let (k, v) = (k.trim(), v.trim());
+        b.append_entry_by_text(k, v).map_err(|e| {
+            let why = if openssl::asn1::Asn1Object::from_str(k).is_err() {
+                format!(
+                    "unknown attribute name '{k}' (CN, O, OU, C, ST, L, emailAddress, … or an OID)"
+                )
+            } else {
+                // OpenSSL's reason: "string too short", "string too long" (CN holds at most
+                // 64 characters, C two), "invalid characters" …
+                let reason = e.errors().first().and_then(|r| r.reason()).unwrap_or("");
+                format!(
+                    "bad value for {k} ({} characters){}",
+                    v.chars().count(),
+                    match reason {
+                        "" => String::new(),
+                        r => format!(": {r}"),
+                    }
+                )
+            };
+            Error::Usage(format!("subject part '{}': {why}", shorten(p)))
+        })?;
     }
     Ok(b.build())
+}
+
+/// `s` cut to 40 characters and "…" for an error message.
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 /// "CN=a, O=b" for output.

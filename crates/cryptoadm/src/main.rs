@@ -95,6 +95,15 @@ enum Cmd {
     Refresh,
     /// Live counters per provider × mechanism (see docs/STAT.md).
     Stat(stat::StatArgs),
+    /// Internal: loads one module in this process and prints its report (`probe::probe`
+    /// runs every module this way, in a process of its own).
+    #[command(name = "probe-module", hide = true)]
+    ProbeModule {
+        /// Walk the slots (token info, mechanisms).
+        #[arg(long)]
+        walk: bool,
+        path: PathBuf,
+    },
 }
 
 enum Fail {
@@ -405,6 +414,10 @@ fn run(cli: Cli) -> Result<u8, Fail> {
     if let Cmd::Stat(args) = &cli.cmd {
         return stat::run(args, cli.json);
     }
+    if let Cmd::ProbeModule { walk, path } = &cli.cmd {
+        probe::print_report(path, *walk);
+        return Ok(0);
+    }
     let read = read_path(&cli);
     let read = read.as_deref();
     // Needed by edits only: a listing works without a place for the user file.
@@ -535,7 +548,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Cmd::Enable { words } => set_state(&target?, &lib, words, true),
         Cmd::Disable { words } => set_state(&target?, &lib, words, false),
         Cmd::Refresh => refresh(read, &lib, cli.json),
-        Cmd::Stat(_) => unreachable!("handled above"),
+        Cmd::Stat(_) | Cmd::ProbeModule { .. } => unreachable!("handled above"),
     }
 }
 

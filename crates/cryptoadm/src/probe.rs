@@ -1,4 +1,10 @@
 //! Loads provider modules and collects what `list -m`, `list -v` and `refresh` show.
+//!
+//! Each module is loaded in a process of its own (this program run again with the hidden
+//! `probe-module` command), so that a module that crashes or hangs in its `C_GetFunctionList`,
+//! `C_Initialize` or a query is reported as a problem of that provider instead of taking
+//! `cryptoadm` down with it; one that has not answered within [`PROBE_TIMEOUT`] (or
+//! `$CRYPTOADM_PROBE_TIMEOUT` seconds) is killed and reported.
 // CK_ULONG is u64 here but u32 on some targets: the u64::from conversions are for those.
 #![allow(clippy::useless_conversion)]
 
@@ -7,7 +13,8 @@ use std::path::Path;
 use opencf_abi::provider::Provider;
 use opencf_abi::sys::{self, CK_FLAGS, CK_MECHANISM_TYPE, CK_RV, CK_VERSION};
 use opencf_config::{mechanism_name, ProviderConfig};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 use crate::rv_names::RV_NAMES;
 
@@ -19,7 +26,7 @@ pub fn rv_name(rv: CK_RV) -> String {
         .unwrap_or_else(|| format!("{rv:#x}"))
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct LibInfo {
     pub cryptoki_version: String,
     pub manufacturer: String,
@@ -27,7 +34,7 @@ pub struct LibInfo {
     pub library_version: String,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct TokenReport {
     pub label: String,
     pub manufacturer: String,
@@ -36,7 +43,7 @@ pub struct TokenReport {
     pub flags: Vec<String>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct MechReport {
     pub name: String,
     pub value: CK_MECHANISM_TYPE,
@@ -49,7 +56,7 @@ pub struct MechReport {
     pub flags: Vec<String>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct SlotReport {
     pub id: u64,
     pub description: String,
@@ -57,11 +64,11 @@ pub struct SlotReport {
     pub flags: Vec<String>,
     pub token: Option<TokenReport>,
     pub mechanisms: Vec<MechReport>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct ProviderReport {
     pub name: String,
     pub module: String,
@@ -165,9 +172,129 @@ const MECH_FLAGS: &[(CK_FLAGS, &str)] = &[
     (0x80000000, "EXTENSION"),
 ];
 
+/// How long a module may take to load, initialize and answer the queries.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The line before the report a `probe-module` process prints (a module may print too).
+const REPORT_MARK: &str = "@@cryptoadm-probe-report@@";
+
 /// Loads `path`, runs C_Initialize and C_GetInfo, optionally walks every slot (token info,
-/// mechanism list and info), then C_Finalize. Problems are collected in `errors`.
+/// mechanism list and info), then C_Finalize, in a process of its own. Problems are
+/// collected in `errors`, including the module crashing or hanging that process.
 pub fn probe(cfg: &ProviderConfig, path: &Path, walk_slots: bool) -> ProviderReport {
+    let mut rep = match probe_elsewhere(path, walk_slots) {
+        Ok(rep) => rep,
+        Err(problem) => ProviderReport {
+            name: String::new(),
+            module: String::new(),
+            path: path.display().to_string(),
+            info: None,
+            slots: Vec::new(),
+            errors: vec![problem],
+        },
+    };
+    // The configuration's view: the provider's names and its mechanism policy.
+    rep.name = cfg.name.clone();
+    rep.module = cfg.module.clone();
+    for m in rep.slots.iter_mut().flat_map(|s| s.mechanisms.iter_mut()) {
+        m.enabled = cfg.allows(m.value);
+        m.min_bytes = cfg.min_bytes(m.value);
+    }
+    rep
+}
+
+/// The report of `path` from a `probe-module` process, or the problem that process met.
+fn probe_elsewhere(path: &Path, walk_slots: bool) -> Result<ProviderReport, String> {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find cryptoadm itself: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("probe-module");
+    if walk_slots {
+        cmd.arg("--walk");
+    }
+    let mut child = cmd
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start a process to load the module: {e}"))?;
+    // The report is read while the process runs, so a large one cannot fill the pipe.
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
+    });
+    let limit = timeout();
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() >= limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the module did not answer within {} s (loading, C_Initialize or a query \
+                     hung; every application would hang there too): stopped",
+                    limit.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("waiting for the module's process: {e}")),
+        }
+    };
+    let out = reader.join().unwrap_or_default();
+    if let Some(sig) = status.signal() {
+        return Err(format!(
+            "the module crashed the process that loaded it ({}): every application that \
+             loads it would crash too",
+            signal_name(sig)
+        ));
+    }
+    let text = String::from_utf8_lossy(&out);
+    text.rsplit_once(REPORT_MARK)
+        .and_then(|(_, json)| serde_json::from_str(json.trim()).ok())
+        .ok_or_else(|| {
+            format!("the process that loaded the module ended with {status} and no report")
+        })
+}
+
+/// `$CRYPTOADM_PROBE_TIMEOUT` seconds, else [`PROBE_TIMEOUT`].
+fn timeout() -> Duration {
+    std::env::var("CRYPTOADM_PROBE_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(PROBE_TIMEOUT, Duration::from_secs_f64)
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        _ => return format!("signal {sig}"),
+    };
+    format!("signal {sig}, {name}")
+}
+
+/// The `probe-module` command: the report of `path`, loaded in this process, after
+/// [`REPORT_MARK`] on standard output.
+pub fn print_report(path: &Path, walk_slots: bool) {
+    let rep = probe_here(path, walk_slots);
+    let json = serde_json::to_string(&rep).expect("a report serializes");
+    println!("\n{REPORT_MARK}\n{json}");
+}
+
+/// [`probe`] in this process, with every mechanism enabled (the caller applies the policy).
+fn probe_here(path: &Path, walk_slots: bool) -> ProviderReport {
+    let cfg = ProviderConfig::new("", "");
+    let cfg = &cfg;
     let mut rep = ProviderReport {
         name: cfg.name.clone(),
         module: cfg.module.clone(),

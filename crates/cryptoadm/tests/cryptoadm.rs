@@ -446,6 +446,83 @@ fn unparsable_config_exits_2_everywhere() {
     }
 }
 
+/// A module built here whose `C_GetFunctionList` runs `body` (C).
+fn c_module(e: &Env, name: &str, body: &str) -> PathBuf {
+    let src = e.dir.path().join(format!("{name}.c"));
+    std::fs::write(
+        &src,
+        format!(
+            "#include <unistd.h>\n\
+             unsigned long C_GetFunctionList(void **list) {{ (void)list; {body} return 5; }}\n"
+        ),
+    )
+    .unwrap();
+    let so = e.lib.join(format!("lib{name}.so"));
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {}", src.display());
+    so
+}
+
+/// A module that crashes or hangs when it is loaded is a problem of that provider: `install`
+/// refuses it and `refresh` names it, while cryptoadm goes on (each module is loaded in a
+/// process of its own, stopped after `$CRYPTOADM_PROBE_TIMEOUT` seconds).
+#[test]
+fn a_module_that_crashes_or_hangs_is_reported() {
+    let e = Env::new();
+    let crash = c_module(&e, "crash", "*(volatile int *)0 = 1;");
+    let hang = c_module(&e, "hang", "for (;;) pause();");
+    let (code, out) = e.code(&["install", &format!("provider={}", crash.display())]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "not installed: the module crashed the process that loaded it (signal 11, SIGSEGV)"
+        ),
+        "{out}"
+    );
+    // Exit code and output of a command whose module loads are stopped after 1 s.
+    let within_1s = |args: &[&str]| {
+        let o = e
+            .cmd(args)
+            .env("CRYPTOADM_PROBE_TIMEOUT", "1")
+            .output()
+            .unwrap();
+        let out =
+            String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+        (o.status.code(), out)
+    };
+    let (code, err) = within_1s(&["install", &format!("provider={}", hang.display())]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("not installed: the module did not answer within 1 s"),
+        "{err}"
+    );
+    assert!(!e.cfg.exists(), "nothing installed");
+
+    std::fs::create_dir_all(e.cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &e.cfg,
+        format!(
+            "[metaslot]\nenabled = false\n[[provider]]\nname='crash'\nmodule='{}'\n\
+             [[provider]]\nname='hang'\nmodule='{}'\n",
+            crash.display(),
+            hang.display()
+        ),
+    )
+    .unwrap();
+    let (code, out) = within_1s(&["refresh"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("provider \"crash\": the module crashed the process that loaded it")
+            && out.contains("provider \"hang\": the module did not answer within 1 s"),
+        "{out}"
+    );
+}
+
 #[test]
 fn refresh_reports_problems() {
     let e = Env::new();

@@ -17,6 +17,7 @@ check "unreadable PIN file: exit 4" 4 'cannot read the file .*no-such-pin holdin
 check "empty PIN file: usage error, no login tried" 2 "the file .*empty-pin holding the PIN .* is empty" PKT --pin-file "$WORK/empty-pin" list
 check "PIN file that never ends (/dev/zero): exit 4" 4 "the file /dev/zero holding the PIN .* is longer than 65536 bytes" PKT --pin-file /dev/zero list
 check "PIN from a pipe (process substitution)" 0 "" PKT --pin-file <(cat "$WORK/pin") list
+check "input file that never ends (/dev/zero): exit 4" 4 '/dev/zero is larger than 67108864 bytes' PKTP import -i /dev/zero
 check "unreadable input file: exit 4" 4 'cannot read /nonexistent/key.pem' PKTP import -i /nonexistent/key.pem
 check "unwritable output: exit 4" 4 'cannot write /nonexistent/dir/out.pem' PKTP export --label dup --type public -o /nonexistent/dir/out.pem
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout k.pem -out c.pem -subj /CN=x 2>/dev/null
@@ -30,6 +31,7 @@ check "bad hex id: usage error" 2 'is not hex' PKTP list --id zz
 check "bad option: clap usage error" 2 'unexpected argument' PKTP list --bogus
 after="$(PKTP --json list)"
 if [ "$before" = "$after" ]; then pass "the failed commands changed nothing in the token"; else fail "the token changed" "$(diff <(echo "$before") <(echo "$after"))"; fi
+check "input from a pipe (process substitution)" 0 'imported cert +label="piped"' PKTP import -i <(openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null -subj /CN=piped -days 1 2>/dev/null) --label piped
 # Lock the user PIN: the softtoken locks it after 10 failures.
 for _ in $(seq 1 10); do PKT --pin wrong-pin-0 list >/dev/null 2>&1; done
 check "locked PIN: CKR_PIN_LOCKED, exit 8" 8 'CKR_PIN_LOCKED' PKTP list

@@ -85,9 +85,24 @@ pub fn unwrap_octet_string(data: &[u8]) -> Vec<u8> {
     data.to_vec()
 }
 
-/// Reads a whole file, naming it in the error.
+/// The most an input file (key, certificate, request, PKCS#12) may hold.
+pub const MAX_INPUT_FILE: u64 = 64 << 20;
+
+/// Reads a whole file of at most [`MAX_INPUT_FILE`] bytes, naming it in the error. The read
+/// goes through the bound, so a pipe works and a device that never ends is refused.
 pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
+    use std::io::Read;
+    let mut data = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_INPUT_FILE + 1).read_to_end(&mut data))
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    if data.len() as u64 > MAX_INPUT_FILE {
+        return Err(Error::File(format!(
+            "{} is larger than {MAX_INPUT_FILE} bytes, the most an input file may hold",
+            path.display()
+        )));
+    }
+    Ok(data)
 }
 
 /// Writes a file (or stdout for "-"), naming it in the error.

@@ -9,6 +9,7 @@ use opencf_abi::Pinned;
 use opencf_abi::*;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Mutex, RwLock};
 
 /// Every candidate of a route ([`OpenCf::bind`]).
@@ -55,8 +56,37 @@ struct KeyClone {
 #[derive(Default)]
 pub struct CloneCache {
     map: RwLock<Clones>,
+    /// How many clones `map` holds, kept by [`Writing`]: with none (every application that
+    /// uses the providers' own slots only), a pass-through call checks no lock.
+    count: AtomicUsize,
     /// Serializes clone creation so two threads do not clone the same key twice.
     making: Mutex<()>,
+}
+
+/// The cache locked for a change; the count follows the change when it is dropped.
+struct Writing<'a> {
+    clones: std::sync::RwLockWriteGuard<'a, Clones>,
+    count: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for Writing<'_> {
+    type Target = Clones;
+    fn deref(&self) -> &Clones {
+        &self.clones
+    }
+}
+
+impl std::ops::DerefMut for Writing<'_> {
+    fn deref_mut(&mut self) -> &mut Clones {
+        &mut self.clones
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.count
+            .store(self.clones.by_key.len(), AtomicOrdering::Release);
+    }
 }
 
 /// The cached clones, by key and by their handle in their provider.
@@ -94,8 +124,11 @@ impl CloneCache {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Clones> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Clones> {
-        self.map.write().unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> Writing<'_> {
+        Writing {
+            clones: self.map.write().unwrap_or_else(|e| e.into_inner()),
+            count: &self.count,
+        }
     }
     /// The clone of `key` in `prov`, if it was made with these `guards`.
     fn get(
@@ -134,13 +167,14 @@ impl CloneCache {
         }
         false
     }
-    /// Whether `h` is a clone slot 0 keeps in `prov` (one hash lookup).
+    /// Whether `h` is a clone slot 0 keeps in `prov`: one atomic load while there is none,
+    /// else one hash lookup.
     pub fn holds(&self, prov: usize, h: CK_OBJECT_HANDLE) -> bool {
-        self.read().by_handle.contains_key(&(prov, h))
+        !self.is_empty() && self.read().by_handle.contains_key(&(prov, h))
     }
     /// No clone is cached.
     pub fn is_empty(&self) -> bool {
-        self.read().by_key.is_empty()
+        self.count.load(AtomicOrdering::Acquire) == 0
     }
     /// Removes the clones whose original `gone` says no longer exists, returning (provider,
     /// clone handle) pairs to destroy. `gone` runs without the cache locked.

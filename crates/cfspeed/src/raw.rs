@@ -260,36 +260,4 @@ impl RawModule {
     }
 }
 
-/// The `CKR_*` name of a return value, or its number in hex.
-pub fn rv_name(rv: CK_RV) -> String {
-    let name = match rv {
-        0x000 => "CKR_OK",
-        0x005 => "CKR_GENERAL_ERROR",
-        0x006 => "CKR_FUNCTION_FAILED",
-        0x007 => "CKR_ARGUMENTS_BAD",
-        0x054 => "CKR_FUNCTION_NOT_SUPPORTED",
-        0x060 => "CKR_KEY_HANDLE_INVALID",
-        0x063 => "CKR_KEY_TYPE_INCONSISTENT",
-        0x068 => "CKR_KEY_FUNCTION_NOT_PERMITTED",
-        0x070 => "CKR_MECHANISM_INVALID",
-        0x071 => "CKR_MECHANISM_PARAM_INVALID",
-        0x082 => "CKR_OBJECT_HANDLE_INVALID",
-        0x090 => "CKR_OPERATION_ACTIVE",
-        0x091 => "CKR_OPERATION_NOT_INITIALIZED",
-        0x0A0 => "CKR_PIN_INCORRECT",
-        0x0C0 => "CKR_SIGNATURE_INVALID",
-        0x0C1 => "CKR_SIGNATURE_LEN_RANGE",
-        0x0D0 => "CKR_TEMPLATE_INCOMPLETE",
-        0x062 => "CKR_KEY_SIZE_RANGE",
-        0x0A4 => "CKR_PIN_LOCKED",
-        0x100 => "CKR_USER_ALREADY_LOGGED_IN",
-        0x0A3 => "CKR_PIN_EXPIRED",
-        0x0B3 => "CKR_SESSION_HANDLE_INVALID",
-        0x0D1 => "CKR_TEMPLATE_INCONSISTENT",
-        0x101 => "CKR_USER_NOT_LOGGED_IN",
-        0x150 => "CKR_BUFFER_TOO_SMALL",
-        0x190 => "CKR_CRYPTOKI_NOT_INITIALIZED",
-        _ => return format!("CKR 0x{rv:X}"),
-    };
-    name.to_string()
-}
+pub use opencf_abi::rv_names::rv_name;

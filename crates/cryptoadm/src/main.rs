@@ -18,7 +18,6 @@ macro_rules! outln {
 }
 
 mod probe;
-mod rv_names;
 mod stat;
 
 use std::io::ErrorKind;

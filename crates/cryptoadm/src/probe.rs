@@ -11,20 +11,12 @@
 use std::path::Path;
 
 use opencf_abi::provider::Provider;
-use opencf_abi::sys::{self, CK_FLAGS, CK_MECHANISM_TYPE, CK_RV, CK_VERSION};
+use opencf_abi::sys::{self, CK_FLAGS, CK_MECHANISM_TYPE, CK_VERSION};
 use opencf_config::{mechanism_name, ProviderConfig};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
-use crate::rv_names::RV_NAMES;
-
-pub fn rv_name(rv: CK_RV) -> String {
-    RV_NAMES
-        .iter()
-        .find(|&&(_, v)| v == rv)
-        .map(|&(n, _)| n.to_string())
-        .unwrap_or_else(|| format!("{rv:#x}"))
-}
+pub use opencf_abi::rv_names::rv_name;
 
 #[derive(Serialize, Deserialize, Debug)]
 pub struct LibInfo {

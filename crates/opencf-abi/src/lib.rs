@@ -35,6 +35,7 @@ pub mod ossl_mem;
 mod params;
 mod params_out;
 pub mod provider;
+pub mod rv_names;
 pub mod schema;
 pub mod shm;
 pub mod sync;

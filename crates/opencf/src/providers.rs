@@ -64,7 +64,7 @@ fn stats_enabled() -> bool {
 }
 
 fn describe(rv: CK_RV) -> String {
-    format!("{rv:#x}")
+    opencf_abi::rv_names::rv_name(rv)
 }
 
 /// Loads and initializes every provider of `cfg`, in order. A provider that cannot be loaded

@@ -170,3 +170,32 @@ fn broken_accelerator_of_the_default_is_skipped() {
         "message names the provider: {err}"
     );
 }
+
+/// A provider that fails `C_Initialize` fails the framework's, with a message on standard
+/// error that names the provider and its answer by its `CKR_*` name (here the software token,
+/// whose keystore directory is a regular file).
+#[test]
+fn a_failed_provider_is_named_with_its_answer() {
+    let dir = fresh_dir("slots-failed-provider");
+    let conf = dir.join("opencf.toml");
+    std::fs::write(
+        &conf,
+        provider("softtoken", &release("libopencf_softtoken.so")),
+    )
+    .unwrap();
+    let not_a_dir = dir.join("keystore-file");
+    std::fs::write(&not_a_dir, b"x").unwrap();
+    let out = child_test("slots_child", "OPENCF_SLOTS_CHILD")
+        .env("OPENCF_CONF", &conf)
+        .env("OPENCF_SOFTTOKEN_DIR", &not_a_dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "C_Initialize must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("provider \"softtoken\"")
+            && err.contains("C_Initialize failed: CKR_DEVICE_ERROR")
+            && err.contains("Not a directory"),
+        "{err}"
+    );
+}

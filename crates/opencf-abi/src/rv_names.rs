@@ -1,6 +1,9 @@
+//! The `CKR_*` names of return values, for messages (`cryptoadm`, `cfspeed`, the framework's
+//! provider errors).
 // Generated from cryptoki-sys 0.5 (generic.rs): grep '^pub const CKR_'; do not edit.
-use opencf_abi::sys;
+use crate::sys;
 
+/// Every `CKR_*` constant of PKCS#11 3.2 with its name.
 pub static RV_NAMES: &[(&str, sys::CK_RV)] = &[
     ("CKR_OK", sys::CKR_OK),
     ("CKR_CANCEL", sys::CKR_CANCEL),
@@ -201,3 +204,12 @@ pub static RV_NAMES: &[(&str, sys::CK_RV)] = &[
     ),
     ("CKR_VENDOR_DEFINED", sys::CKR_VENDOR_DEFINED),
 ];
+
+/// The `CKR_*` name of `rv`, or its number in hex for a value without one.
+pub fn rv_name(rv: sys::CK_RV) -> String {
+    RV_NAMES
+        .iter()
+        .find(|&&(_, v)| v == rv)
+        .map(|&(n, _)| n.to_string())
+        .unwrap_or_else(|| format!("{rv:#x}"))
+}

@@ -43,6 +43,18 @@ fn slots_in_child(conf: &Path, keystore: &Path) -> BTreeMap<u64, String> {
     slots_in_child_with(cmd, keystore)
 }
 
+/// Runs [`slots_child`] over `conf` and `keystore` where its `C_Initialize` must fail; its
+/// standard error.
+fn failed_child(conf: &Path, keystore: &Path) -> String {
+    let out = child_test("slots_child", "OPENCF_SLOTS_CHILD")
+        .env("OPENCF_CONF", conf)
+        .env("OPENCF_SOFTTOKEN_DIR", keystore)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "C_Initialize must fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// [`slots_in_child`] with the configuration environment already set on `cmd`.
 fn slots_in_child_with(mut cmd: Command, keystore: &Path) -> BTreeMap<u64, String> {
     let out = cmd
@@ -158,13 +170,7 @@ fn broken_accelerator_of_the_default_is_skipped() {
             + &provider("softtoken", &lib.join("libopencf_softtoken.so")),
     )
     .unwrap();
-    let out = child_test("slots_child", "OPENCF_SLOTS_CHILD")
-        .env("OPENCF_CONF", &conf)
-        .env("OPENCF_SOFTTOKEN_DIR", &ks)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "C_Initialize must fail");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failed_child(&conf, &ks);
     assert!(
         err.contains("provider \"accel\""),
         "message names the provider: {err}"
@@ -185,13 +191,7 @@ fn a_failed_provider_is_named_with_its_answer() {
     .unwrap();
     let not_a_dir = dir.join("keystore-file");
     std::fs::write(&not_a_dir, b"x").unwrap();
-    let out = child_test("slots_child", "OPENCF_SLOTS_CHILD")
-        .env("OPENCF_CONF", &conf)
-        .env("OPENCF_SOFTTOKEN_DIR", &not_a_dir)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "C_Initialize must fail");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failed_child(&conf, &not_a_dir);
     assert!(
         err.contains("provider \"softtoken\"")
             && err.contains("C_Initialize failed: CKR_DEVICE_ERROR")

@@ -10,6 +10,13 @@ before="$(PKTP --json list)"
 check "wrong PIN: CKR_PIN_INCORRECT, exit 7" 7 "logging in to token 'OpenCF Metaslot': C_Login returned CKR_PIN_INCORRECT" PKT --pin wrong-pin-0 list
 jcheck "wrong PIN in --json names the CKR" "d['ckr'] == 'CKR_PIN_INCORRECT' and d['exit'] == 7" \
     bash -c "$PKTOOL --module $MODULE_LIB --pin wrong-pin-0 --json list; true"
+# Usage errors of a subject or SAN come before the login: a wrong PIN is not even tried.
+check "bad subject with a wrong PIN: the subject's usage error" 2 "unknown attribute name 'XX'" \
+    PKT --pin wrong-pin-0 gencert --label dup --subject XX=1 --no-store -o x.crt
+check "bad SAN with a wrong PIN: the SAN's usage error" 2 "SAN 'foo' needs a kind" \
+    PKT --pin wrong-pin-0 gencsr --label dup --subject CN=x --san foo -o x.csr
+check "bad --format with a wrong PIN: usage error" 2 "use pem or der" \
+    PKT --pin wrong-pin-0 gencsr --label dup --subject CN=x --format txt -o x.csr
 check "unknown object: exit 5" 5 "no object matches label='ghost'" PKTP export --label ghost
 check "ambiguous label: exit 6" 6 "2 objects match label='dup'; narrow it" PKTP export --label dup
 check "unreadable PIN file: exit 4" 4 'cannot read the file .*no-such-pin holding the PIN' PKT --pin-file "$WORK/no-such-pin" list

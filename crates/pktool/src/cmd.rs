@@ -186,6 +186,10 @@ pub fn run(cli: &Cli) -> Result<()> {
             format,
         } => {
             file_for_json(&env, output)?;
+            crate::x509::check_names(subject, san.as_deref())?;
+            if !matches!(format.as_str(), "der" | "pem") {
+                return Err(Error::Usage(format!("--format {format}: use pem or der")));
+            }
             let (_, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let req = crate::x509::gencsr(
@@ -221,6 +225,7 @@ pub fn run(cli: &Cli) -> Result<()> {
             if let Some(out) = output {
                 file_for_json(&env, out)?;
             }
+            crate::x509::check_names(subject, san.as_deref())?;
             let (t, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let a = objects::read(&s, key, &[AttributeType::Label, AttributeType::Id])?;

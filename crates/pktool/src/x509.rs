@@ -101,6 +101,17 @@ pub fn name_string(n: &X509NameRef) -> String {
         .join(", ")
 }
 
+/// The usage errors of a subject and SAN list, found before the token is asked for anything
+/// (a wrong PIN would otherwise be reported first, and cost a try).
+pub fn check_names(subject: &str, san: Option<&str>) -> Result<()> {
+    parse_subject(subject)?;
+    if let Some(san) = san {
+        let b = openssl::x509::X509Builder::new()?;
+        san_extension(san, &b.x509v3_context(None, None))?;
+    }
+    Ok(())
+}
+
 /// "DNS:x,IP:y,email:z,URI:u" as an extension.
 fn san_extension(
     sans: &str,

@@ -204,13 +204,28 @@ struct Ctx {
     pid_file: PathBuf,
 }
 
+/// The last `n` lines of the log at `path`, from at most its last 64 KiB: the daemon appends
+/// to the same log at every start, so the file may be large.
+fn last_lines(path: &Path, n: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 64 * 1024;
+    let mut buf = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let len = f.metadata().map_or(0, |m| m.len());
+        if f.seek(SeekFrom::Start(len.saturating_sub(TAIL))).is_ok() {
+            let _ = f.take(TAIL).read_to_end(&mut buf);
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 impl Ctx {
     fn running_pid(&self) -> Option<i32> {
-        let pid: i32 = std::fs::read_to_string(&self.pid_file)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
+        // A pid file is a number and a line end; anything longer is not one.
+        let text = opencf_tlsproxy::files::read_bounded(&self.pid_file, 64).ok()?;
+        let pid: i32 = std::str::from_utf8(&text).ok()?.trim().parse().ok()?;
         let alive = Path::new(&format!("/proc/{pid}")).exists();
         alive.then_some(pid)
     }
@@ -265,12 +280,10 @@ impl Ctx {
         let until = Instant::now() + Duration::from_secs(30);
         while Instant::now() < until {
             if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
                 return Err(format!(
                     "daemon exited ({status}); {}:\n{}",
                     log_path.display(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    last_lines(&log_path, 5)
                 ));
             }
             if self.running_pid() == Some(child.id() as i32) {
@@ -635,5 +648,44 @@ fn main() -> ExitCode {
             eprintln!("tlsproxycfg: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log's last lines come from its end only, however long it is; a missing log gives
+    /// none.
+    #[test]
+    fn last_lines_reads_the_end_of_a_long_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("proxy.log");
+        let text: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        assert!(text.len() > 64 * 1024);
+        std::fs::write(&log, &text).unwrap();
+        assert_eq!(last_lines(&log, 3), "line 19997\nline 19998\nline 19999");
+        assert_eq!(last_lines(&dir.path().join("none.log"), 3), "");
+    }
+
+    /// A pid file that is not a short regular file names no daemon (and is not read whole).
+    #[test]
+    fn a_pid_file_that_is_not_one_names_no_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = |pid_file: &Path| Ctx {
+            config: dir.path().join("c.toml"),
+            pid_file: pid_file.to_path_buf(),
+        };
+        let own = dir.path().join("own.pid");
+        std::fs::write(&own, format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(ctx(&own).running_pid(), Some(std::process::id() as i32));
+        assert_eq!(ctx(Path::new("/dev/zero")).running_pid(), None);
+        let long = dir.path().join("long.pid");
+        std::fs::write(
+            &long,
+            format!("{}\n{}", std::process::id(), " ".repeat(100)),
+        )
+        .unwrap();
+        assert_eq!(ctx(&long).running_pid(), None);
     }
 }

@@ -688,9 +688,18 @@ impl Proxy {
 pub struct PidFile(PathBuf);
 
 impl PidFile {
+    /// Writes a new file beside `path` and renames it over `path`. The new file is made
+    /// with `O_EXCL` after any old one is removed: a link left at its name (a directory others
+    /// can write to) is never followed, so the daemon, often root, writes nowhere else.
     pub fn create(path: &Path) -> Result<PidFile> {
+        use std::io::Write;
         let tmp = path.with_extension("pid.tmp");
-        std::fs::write(&tmp, format!("{}\n", std::process::id()))
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| writeln!(f, "{}", std::process::id()))
             .and_then(|_| std::fs::rename(&tmp, path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(PidFile(path.to_path_buf()))
@@ -783,6 +792,26 @@ mod tests {
             out.extend_from_slice(chunk);
         }
         out
+    }
+
+    /// A link left where the pid file's temporary file goes is removed, not followed: the
+    /// file it points to keeps its content, and the pid file holds the pid.
+    #[test]
+    fn the_pid_file_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep\n").unwrap();
+        let pid = dir.path().join("proxy.pid");
+        std::os::unix::fs::symlink(&victim, pid.with_extension("pid.tmp")).unwrap();
+        let made = PidFile::create(&pid).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+        assert_eq!(
+            std::fs::read_to_string(&pid).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+        assert!(!std::fs::symlink_metadata(&pid).unwrap().is_symlink());
+        drop(made);
+        assert!(!pid.exists(), "removed when dropped");
     }
 
     #[test]

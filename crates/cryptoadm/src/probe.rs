@@ -285,11 +285,9 @@ pub fn print_report(path: &Path, walk_slots: bool) {
 
 /// [`probe`] in this process, with every mechanism enabled (the caller applies the policy).
 fn probe_here(path: &Path, walk_slots: bool) -> ProviderReport {
-    let cfg = ProviderConfig::new("", "");
-    let cfg = &cfg;
     let mut rep = ProviderReport {
-        name: cfg.name.clone(),
-        module: cfg.module.clone(),
+        name: String::new(),
+        module: String::new(),
         path: path.display().to_string(),
         info: None,
         slots: Vec::new(),
@@ -330,7 +328,7 @@ fn probe_here(path: &Path, walk_slots: bool) -> ProviderReport {
         match prov.get_slot_list(false) {
             Ok(slots) => {
                 for slot in slots {
-                    rep.slots.push(probe_slot(&prov, cfg, slot));
+                    rep.slots.push(probe_slot(&prov, slot));
                 }
             }
             Err(rv) => rep
@@ -345,7 +343,7 @@ fn probe_here(path: &Path, walk_slots: bool) -> ProviderReport {
     rep
 }
 
-fn probe_slot(prov: &Provider, cfg: &ProviderConfig, slot: sys::CK_SLOT_ID) -> SlotReport {
+fn probe_slot(prov: &Provider, slot: sys::CK_SLOT_ID) -> SlotReport {
     let mut s = SlotReport {
         id: u64::from(slot),
         description: String::new(),
@@ -404,8 +402,9 @@ fn probe_slot(prov: &Provider, cfg: &ProviderConfig, slot: sys::CK_SLOT_ID) -> S
                 s.mechanisms.push(MechReport {
                     name: mechanism_name(m),
                     value: m,
-                    enabled: cfg.allows(m),
-                    min_bytes: cfg.min_bytes(m),
+                    // The policy is the configuration's, applied by [`probe`].
+                    enabled: true,
+                    min_bytes: None,
                     min_key_size: min,
                     max_key_size: max,
                     flags,

@@ -2,7 +2,7 @@
 //! (unsafe: visible in `ps`), or a prompt on /dev/tty with echo off.
 
 use crate::error::{Error, Result};
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use zeroize::Zeroizing;
 
 #[derive(Debug, Clone, Default)]
@@ -53,13 +53,9 @@ impl SecretSource {
                     e,
                 )
             };
-            // Read through a bound: the file may be a pipe (`--pin-file <(...)`), and must not
-            // be a device that never ends.
+            // The file may be a pipe (`--pin-file <(...)`).
             let mut data = Zeroizing::new(Vec::new());
-            std::fs::File::open(path)
-                .and_then(|f| f.take(MAX_SECRET_FILE + 1).read_to_end(&mut data))
-                .map_err(cannot)?;
-            if data.len() as u64 > MAX_SECRET_FILE {
+            if !crate::util::read_within(path, MAX_SECRET_FILE, &mut data).map_err(cannot)? {
                 return Err(Error::File(format!(
                     "the file {} holding the {what} is longer than {MAX_SECRET_FILE} bytes",
                     path.display()

@@ -88,15 +88,21 @@ pub fn unwrap_octet_string(data: &[u8]) -> Vec<u8> {
 /// The most an input file (key, certificate, request, PKCS#12) may hold.
 pub const MAX_INPUT_FILE: u64 = 64 << 20;
 
-/// Reads a whole file of at most [`MAX_INPUT_FILE`] bytes, naming it in the error. The read
-/// goes through the bound, so a pipe works and a device that never ends is refused.
-pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+/// Reads `path` into `buf` through a bound of `max` bytes, so that a pipe works and a device
+/// that never ends is not read without end; whether the whole file fitted.
+pub fn read_within(path: &std::path::Path, max: u64, buf: &mut Vec<u8>) -> std::io::Result<bool> {
     use std::io::Read;
+    std::fs::File::open(path)?.take(max + 1).read_to_end(buf)?;
+    Ok(buf.len() as u64 <= max)
+}
+
+/// Reads a whole file of at most [`MAX_INPUT_FILE`] bytes ([`read_within`]), naming it in the
+/// error.
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
     let mut data = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_INPUT_FILE + 1).read_to_end(&mut data))
+    let fits = read_within(path, MAX_INPUT_FILE, &mut data)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    if data.len() as u64 > MAX_INPUT_FILE {
+    if !fits {
         return Err(Error::File(format!(
             "{} is larger than {MAX_INPUT_FILE} bytes, the most an input file may hold",
             path.display()

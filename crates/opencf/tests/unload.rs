@@ -10,7 +10,7 @@
 //! Build first: `cargo build --release --workspace`.
 
 mod common;
-use common::{child_test, framework_lib, fresh_dir, release, slot0};
+use common::{child_test, framework_lib, fresh_dir, provider, release, slot0};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
@@ -61,15 +61,11 @@ fn unload_child() {
 fn unloading_without_c_finalize_leaves_the_process_running() {
     let dir = fresh_dir("unload");
     let conf = dir.join("opencf.toml");
+    // The accelerator first, the software token (the default keystore) after it.
     std::fs::write(
         &conf,
-        format!(
-            "[metaslot]\nenabled = true\nkeystore = \"OpenCF Softtoken\"\n\n\
-             [[provider]]\nname = \"accel\"\nmodule = \"{}\"\n\n\
-             [[provider]]\nname = \"softtoken\"\nmodule = \"{}\"\n",
-            release("libopencf_accel.so").display(),
-            release("libopencf_softtoken.so").display()
-        ),
+        provider("accel", &release("libopencf_accel.so"))
+            + &provider("softtoken", &release("libopencf_softtoken.so")),
     )
     .unwrap();
     // The software token linked in, then loaded from its own module file.

@@ -49,7 +49,7 @@ impl Accel {
             _ => return Err(CKR_ATTRIBUTE_VALUE_INVALID),
         };
         let o = Object::new(template, material, s)?;
-        Ok(self.add_object(o))
+        self.add_object(o)
     }
 }
 

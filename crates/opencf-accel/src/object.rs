@@ -18,7 +18,7 @@ impl Accel {
     ) -> CkResult<CK_OBJECT_HANDLE> {
         self.session(s)?;
         let o = Object::new(template, Material::Template, s)?;
-        Ok(self.add_object(o))
+        self.add_object(o)
     }
 
     /// `C_DestroyObject`.
@@ -120,10 +120,19 @@ impl Accel {
         Ok(o)
     }
 
-    pub(crate) fn add_object(&self, o: Object) -> CK_OBJECT_HANDLE {
+    /// Adds a new object (`C_CreateObject`, `C_UnwrapKey`). A private object
+    /// (`CKA_PRIVATE = TRUE`) needs a user login (`CKR_USER_NOT_LOGGED_IN`), as PKCS#11 asks of
+    /// every token; the check is made under the objects' lock, which `C_Logout` takes to
+    /// destroy the private objects after it has ended the login, so none outlives the login
+    /// it was made under.
+    pub(crate) fn add_object(&self, o: Object) -> CkResult<CK_OBJECT_HANDLE> {
+        let mut objects = write(&self.objects);
+        if o.flag(CKA_PRIVATE) && !self.logged_in.load(Ordering::Acquire) {
+            return Err(CKR_USER_NOT_LOGGED_IN);
+        }
         let h = self.next_handle.fetch_add(1, Ordering::Relaxed);
-        write(&self.objects).insert(h, Arc::new(o));
-        h
+        objects.insert(h, Arc::new(o));
+        Ok(h)
     }
 
     /// A private key of type `key_type` for `mech` on an engine (`CKR_MECHANISM_INVALID`

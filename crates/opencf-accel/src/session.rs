@@ -1,6 +1,7 @@
 //! Session management: `C_OpenSession`, `C_CloseSession`, `C_CloseAllSessions`,
 //! `C_GetSessionInfo`, `C_SessionCancel`, `C_Login`, `C_Logout`. The token needs no login:
-//! a user login only changes the state the sessions report.
+//! a user login changes the state the sessions report and lets private session objects be
+//! made, which `C_Logout` destroys.
 
 use crate::{lock, read, write, Accel, Session, SLOT};
 use opencf_abi::sys::*;
@@ -34,8 +35,9 @@ impl Accel {
             .remove(&s)
             .ok_or(CKR_SESSION_HANDLE_INVALID)?;
         write(&self.objects).retain(|_, o| o.session != s);
-        if read(&self.sessions).is_empty() {
-            self.logged_in.store(false, Ordering::Relaxed);
+        // The last session's end ends the login, as a `C_Logout` would.
+        if read(&self.sessions).is_empty() && self.logged_in.swap(false, Ordering::AcqRel) {
+            write(&self.objects).retain(|_, o| !o.flag(CKA_PRIVATE));
         }
         Ok(())
     }
@@ -113,18 +115,20 @@ impl Accel {
         if user == CKU_CONTEXT_SPECIFIC {
             return Ok(());
         }
-        if self.logged_in.swap(true, Ordering::Relaxed) {
+        if self.logged_in.swap(true, Ordering::AcqRel) {
             return Err(CKR_USER_ALREADY_LOGGED_IN);
         }
         Ok(())
     }
 
-    /// `C_Logout`.
+    /// `C_Logout`: the private session objects are destroyed, as PKCS#11 asks (their
+    /// handles stay invalid after a new login).
     pub(crate) fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         self.session(s)?;
-        if !self.logged_in.swap(false, Ordering::Relaxed) {
+        if !self.logged_in.swap(false, Ordering::AcqRel) {
             return Err(CKR_USER_NOT_LOGGED_IN);
         }
+        write(&self.objects).retain(|_, o| !o.flag(CKA_PRIVATE));
         Ok(())
     }
 

@@ -189,6 +189,17 @@ fn pss_salt_bounds(s: &Session, h: ObjectHandle, k: usize) {
     }
 }
 
+/// `data` wrapped under `kek` by OpenSSL with `cipher` (AES key wrap, RFC 3394 or 5649).
+fn aes_wrap(cipher: &openssl::cipher::CipherRef, kek: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut wrapped = vec![0u8; data.len() + 16];
+    let mut c = openssl::cipher_ctx::CipherCtx::new().unwrap();
+    c.set_flags(openssl::cipher_ctx::CipherCtxFlags::FLAG_WRAP_ALLOW);
+    c.encrypt_init(Some(cipher), Some(kek), None).unwrap();
+    let n = c.cipher_update(data, Some(&mut wrapped)).unwrap();
+    wrapped.truncate(n);
+    wrapped
+}
+
 fn rv(e: Error) -> RvError {
     match e {
         Error::Pkcs11(rv, _) => rv,
@@ -277,6 +288,78 @@ fn token_and_object_rules() {
         .is_empty());
 }
 
+/// Private objects (`CKA_PRIVATE = TRUE`) as PKCS#11 asks of any token: made only after a user
+/// login (`CKR_USER_NOT_LOGGED_IN` before it, by value and by unwrap alike), destroyed by
+/// `C_Logout`, their handles invalid after a new login. Public objects stay.
+#[test]
+fn private_objects_need_a_login() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let s = session();
+    let aes = |private: bool, value: Vec<u8>| {
+        vec![
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::AES),
+            Attribute::Token(false),
+            Attribute::Private(private),
+            Attribute::Unwrap(true),
+            Attribute::Value(value),
+        ]
+    };
+    let kek = vec![0x42u8; 32];
+    let public = s.create_object(&aes(false, kek.clone())).unwrap();
+    assert_eq!(
+        rv(s.create_object(&aes(true, vec![1; 16])).unwrap_err()),
+        RvError::UserNotLoggedIn
+    );
+    // The same refusal for a key that arrives wrapped.
+    let wrapped = aes_wrap(openssl::cipher::Cipher::aes_256_wrap(), &kek, &[7u8; 16]);
+    let unwrap_template = [
+        Attribute::Class(ObjectClass::SECRET_KEY),
+        Attribute::KeyType(KeyType::AES),
+        Attribute::Token(false),
+        Attribute::Private(true),
+    ];
+    assert_eq!(
+        rv(
+            s.unwrap_key(&Mechanism::AesKeyWrap, public, &wrapped, &unwrap_template)
+                .unwrap_err()
+        ),
+        RvError::UserNotLoggedIn
+    );
+    // After a login (any PIN: the token has none), both are made and found.
+    s.login(cryptoki::session::UserType::User, None).unwrap();
+    let by_value = s.create_object(&aes(true, vec![1; 16])).unwrap();
+    let unwrapped = s
+        .unwrap_key(&Mechanism::AesKeyWrap, public, &wrapped, &unwrap_template)
+        .unwrap();
+    let private_ones = [Attribute::Private(true)];
+    let mut found = s.find_objects(&private_ones).unwrap();
+    found.sort_by_key(|h| h.handle());
+    let mut made = vec![by_value, unwrapped];
+    made.sort_by_key(|h| h.handle());
+    assert_eq!(found, made);
+    // C_Logout destroys them; the public key stays, and a new login does not bring them back.
+    s.logout().unwrap();
+    for h in [by_value, unwrapped] {
+        assert_eq!(
+            rv(s.get_attributes(h, &[AttributeType::Class]).unwrap_err()),
+            RvError::ObjectHandleInvalid
+        );
+    }
+    s.login(cryptoki::session::UserType::User, None).unwrap();
+    assert!(s.find_objects(&private_ones).unwrap().is_empty());
+    assert_eq!(
+        rv(s.destroy_object(by_value).unwrap_err()),
+        RvError::ObjectHandleInvalid
+    );
+    s.logout().unwrap();
+    assert_eq!(
+        s.get_attributes(public, &[AttributeType::Private]).unwrap(),
+        vec![Attribute::Private(false)]
+    );
+    s.destroy_object(public).unwrap();
+}
+
 #[test]
 fn by_value_and_by_unwrap() {
     let Some((_g, s)) = start(engine_here) else {
@@ -298,17 +381,7 @@ fn by_value_and_by_unwrap() {
         .unwrap()
         .private_key_to_pkcs8()
         .unwrap();
-    let mut wrapped = vec![0u8; der.len() + 16];
-    let mut c = openssl::cipher_ctx::CipherCtx::new().unwrap();
-    c.set_flags(openssl::cipher_ctx::CipherCtxFlags::FLAG_WRAP_ALLOW);
-    c.encrypt_init(
-        Some(openssl::cipher::Cipher::aes_256_wrap_pad()),
-        Some(&kek),
-        None,
-    )
-    .unwrap();
-    let n = c.cipher_update(&der, Some(&mut wrapped)).unwrap();
-    wrapped.truncate(n);
+    let wrapped = aes_wrap(openssl::cipher::Cipher::aes_256_wrap_pad(), &kek, &der);
     let wk = s
         .create_object(&[
             Attribute::Class(ObjectClass::SECRET_KEY),
@@ -319,7 +392,7 @@ fn by_value_and_by_unwrap() {
             Attribute::Unwrap(true),
             Attribute::Sensitive(false),
             Attribute::Extractable(true),
-            Attribute::Value(kek),
+            Attribute::Value(kek.clone()),
         ])
         .unwrap();
     let h = s
@@ -385,9 +458,7 @@ fn by_value_and_by_unwrap() {
         .unwrap()
         .private_key_to_pkcs8()
         .unwrap();
-    let mut wrapped384 = vec![0u8; der.len() + 16];
-    let n = c.cipher_update(&der, Some(&mut wrapped384)).unwrap();
-    wrapped384.truncate(n);
+    let wrapped384 = aes_wrap(openssl::cipher::Cipher::aes_256_wrap_pad(), &kek, &der);
     let p256_oid = vec![0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
     assert_eq!(
         rv(unwrap_with(

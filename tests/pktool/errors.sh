@@ -19,6 +19,15 @@ check "bad --format with a wrong PIN: usage error" 2 "use pem or der" \
     PKT --pin wrong-pin-0 gencsr --label dup --subject CN=x --format txt -o x.csr
 check "unknown object: exit 5" 5 "no object matches label='ghost'" PKTP export --label ghost
 check "ambiguous label: exit 6" 6 "2 objects match label='dup'; narrow it" PKTP export --label dup
+# The object options' usage errors come before the login too: after the successful login
+# above, none of these commands with a wrong PIN may count a failure.
+check "bad hex id with a wrong PIN: the id's usage error" 2 "'zz' is not hex: 'z'" PKT --pin wrong-pin-0 list --id zz
+check "bad id of a new key with a wrong PIN: usage error" 2 "'0xg1' is not hex: 'g'" PKT --pin wrong-pin-0 genkey --keytype aes --id 0xg1
+check "bad --type with a wrong PIN: usage error" 2 "unknown object type 'bogus'" PKT --pin wrong-pin-0 export --label dup --type bogus -o x.pem
+check "delete that names nothing, with a wrong PIN: usage error" 2 "name what to delete" PKT --pin wrong-pin-0 delete -y
+jcheck "no failed login was counted" "'USER_PIN_COUNT_LOW' not in d['slots'][0]['token']['flags']" PKT --json tokens
+check "non-ASCII in an id: usage error, no crash" 2 "is not hex: a character other than" PKTP list --id 'aé1'
+check "a sign in an id: usage error" 2 "'\\+f' is not hex: '\\+'" PKTP list --id '+f'
 check "unreadable PIN file: exit 4" 4 'cannot read the file .*no-such-pin holding the PIN' PKT --pin-file "$WORK/no-such-pin" list
 : >"$WORK/empty-pin"
 check "empty PIN file: usage error, no login tried" 2 "the file .*empty-pin holding the PIN .* is empty" PKT --pin-file "$WORK/empty-pin" list

@@ -12,6 +12,7 @@ jcheck "--objtype keys: 3 keys, no cert" "len(d['objects']) == 3 and all(o['clas
 jcheck "--objtype cert: the certificate with subject" "len(d['objects']) == 1 and d['objects'][0]['subject'] == 'CN=web.example'" PKTP --json list --objtype cert
 jcheck "--label filter" "sorted(o['class'] for o in d['objects']) == ['cert', 'private', 'public']" PKTP --json list --label web
 jcheck "--id filter" "len(d['objects']) == 1 and d['objects'][0]['label'] == 'aes'" PKTP --json list --id 0a0b
+jcheck "--id with 0x and colons: the same key" "len(d['objects']) == 1 and d['objects'][0]['label'] == 'aes'" PKTP --json list --id 0x0a:0b
 jcheck "URI selection (percent-encoded id)" "len(d['objects']) == 1 and d['objects'][0]['class'] == 'secret-key'" \
     PKTP --json list --uri 'pkcs11:token=OpenCF%20Metaslot;id=%0A%0B;type=secret-key'
 uri="$(PKTP --json list --label web --type private | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"][0]["uri"])')"

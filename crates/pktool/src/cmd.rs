@@ -48,7 +48,12 @@ impl Env<'_> {
         Token::open(&self.module()?, &self.choice(obj)?)
     }
 
+    /// Opens the token and logs in. The object options are checked first: a usage error in
+    /// them (`--id`, `--type`, `--uri`) must not cost a try of the PIN.
     pub fn login(&self, obj: Option<&ObjArgs>) -> Result<(Token, Session)> {
+        if let Some(o) = obj {
+            selector(o)?;
+        }
         let t = self.open(obj)?;
         let s = t.login(&self.cli.pin.source())?;
         Ok((t, s))
@@ -131,10 +136,11 @@ pub fn run(cli: &Cli) -> Result<()> {
             setpin(&env, *so, &new)
         }
         Cmd::Genkey { keytype, size, new } => {
+            let opts = key_opts(new)?;
             let (t, s) = env.login(None)?;
             let label = new.label.as_deref();
             check_labels(&s, &new.labels, [(ObjectClass::SECRET_KEY, label)])?;
-            let h = keys::genkey(&s, keytype, *size, &key_opts(new)?)?;
+            let h = keys::genkey(&s, keytype, *size, &opts)?;
             let v = objects::describe(&s, h, &t.label, false)?;
             env.out(&json!({"created": [v]}), || {
                 format!("created {}", objects::human_line(&v))
@@ -147,12 +153,12 @@ pub fn run(cli: &Cli) -> Result<()> {
             curve,
             new,
         } => {
+            let opts = key_opts(new)?;
             let (t, s) = env.login(None)?;
             let label = new.label.as_deref();
             let pair = [ObjectClass::PRIVATE_KEY, ObjectClass::PUBLIC_KEY];
             check_labels(&s, &new.labels, pair.map(|c| (c, label)))?;
-            let (pubh, privh) =
-                keys::genkeypair(&s, keytype, *size, curve.as_deref(), &key_opts(new)?)?;
+            let (pubh, privh) = keys::genkeypair(&s, keytype, *size, curve.as_deref(), &opts)?;
             let v: Vec<Value> = [privh, pubh]
                 .iter()
                 .map(|h| objects::describe(&s, *h, &t.label, false))
@@ -647,13 +653,13 @@ fn confirm(question: &str) -> Result<bool> {
 }
 
 fn delete(env: &Env, obj: &ObjArgs, yes: bool) -> Result<()> {
-    let (t, s) = env.login(Some(obj))?;
     let sel = selector(obj)?;
     if sel.is_empty() {
         return Err(Error::Usage(
             "name what to delete with --label, --id or --uri".into(),
         ));
     }
+    let (t, s) = env.login(Some(obj))?;
     let found = objects::find(&s, &sel)?;
     if found.is_empty() {
         return Err(Error::NotFound(format!(

@@ -6,18 +6,46 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn unhex(s: &str) -> Result<Vec<u8>> {
-    let s: String = s.chars().filter(|c| *c != ':').collect();
-    if !s.len().is_multiple_of(2) {
-        return Err(Error::Usage(format!("'{s}' is not hex: odd length")));
+/// `s` cut to 40 characters and "…" for an error message.
+pub fn shorten(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&s[i..i + 2], 16)
-                .map_err(|_| Error::Usage(format!("'{s}' is not hex")))
-        })
-        .collect()
+}
+
+/// Bytes from hex: pairs of hex digits, optionally after `0x` and with `:` between bytes
+/// (`0a1b`, `0x0a1b`, `0a:1b`). Anything else is a usage error.
+pub fn unhex(given: &str) -> Result<Vec<u8>> {
+    let bare = given
+        .strip_prefix("0x")
+        .or_else(|| given.strip_prefix("0X"))
+        .unwrap_or(given);
+    let digits: Vec<u8> = bare.bytes().filter(|c| *c != b':').collect();
+    let shown = shorten(given);
+    if let Some(c) = digits.iter().find(|c| !c.is_ascii_hexdigit()) {
+        let c = char::from(*c);
+        let what = if c.is_ascii_graphic() {
+            format!("'{c}'")
+        } else {
+            "a character other than 0-9, a-f".into()
+        };
+        return Err(Error::Usage(format!(
+            "'{shown}' is not hex: {what} (hex digits, optionally after 0x)"
+        )));
+    }
+    if !digits.len().is_multiple_of(2) {
+        return Err(Error::Usage(format!("'{shown}' is not hex: odd length")));
+    }
+    Ok(digits
+        .chunks(2)
+        .map(|p| (nibble(p[0]) << 4) | nibble(p[1]))
+        .collect())
+}
+
+/// The value of a hex digit (checked by the caller).
+fn nibble(c: u8) -> u8 {
+    (c as char).to_digit(16).unwrap_or(0) as u8
 }
 
 /// DER length octets.

@@ -7,7 +7,7 @@
 
 use crate::error::{Ctx, Error, Result};
 use crate::objects;
-use crate::util::{der_next, der_tlv};
+use crate::util::{der_next, der_tlv, shorten};
 use cryptoki::mechanism::eddsa::{EddsaParams, EddsaSignatureScheme};
 use cryptoki::mechanism::Mechanism;
 use cryptoki::object::{Attribute, CertificateType, KeyType, ObjectClass, ObjectHandle};
@@ -79,14 +79,6 @@ pub fn parse_subject(subject: &str) -> Result<X509Name> {
         })?;
     }
     Ok(b.build())
-}
-
-/// `s` cut to 40 characters and "…" for an error message.
-fn shorten(s: &str) -> String {
-    match s.char_indices().nth(40) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
 }
 
 /// "CN=a, O=b" for output.

@@ -251,6 +251,10 @@ pub fn mechanism_from_name(name: &str) -> Option<CK_MECHANISM_TYPE> {
         return Some(v);
     }
     if let Some(hex) = name.strip_prefix("0x").or_else(|| name.strip_prefix("0X")) {
+        // Digits only: from_str_radix would also take a leading '+'.
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
         return CK_MECHANISM_TYPE::from_str_radix(hex, 16).ok();
     }
     if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {

@@ -245,6 +245,7 @@ fn mechanism_names() {
     assert_eq!(mechanism_from_name("4231"), Some(4231));
     assert_eq!(mechanism_from_name("CKM_NOPE"), None);
     assert_eq!(mechanism_from_name("0xZZ"), None);
+    assert_eq!(mechanism_from_name("0x+1087"), None);
     assert_eq!(mechanism_from_name(""), None);
     assert_eq!(mechanism_name(sys::CKM_AES_GCM), "CKM_AES_GCM");
     assert_eq!(

@@ -21,6 +21,7 @@ fn decode(s: &str) -> Result<Vec<u8>> {
     for piece in pieces {
         let byte = piece
             .get(..2)
+            .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
             .and_then(|h| u8::from_str_radix(h, 16).ok())
             .ok_or_else(|| format!("bad percent escape in {s:?}"))?;
         out.push(byte);
@@ -157,6 +158,8 @@ mod tests {
         assert!(Pkcs11Uri::parse("pkcs11:token=x").is_err());
         assert!(Pkcs11Uri::parse("file:x").is_err());
         assert!(Pkcs11Uri::parse("pkcs11:object=%zz").is_err());
+        // RFC 3986: '%' and two hex digits, no sign.
+        assert!(Pkcs11Uri::parse("pkcs11:object=%+f").is_err());
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub fn percent_decode(s: &str) -> Result<Vec<u8>> {
         if b[i] == b'%' {
             let h = s
                 .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
                 .ok_or_else(|| Error::Usage(format!("bad percent escape in '{s}'")))?;
             out.push(h);
@@ -127,6 +128,8 @@ mod tests {
         assert!(Pkcs11Uri::parse("pkcs11:type=bogus").is_err());
         assert!(Pkcs11Uri::parse("file:x").is_err());
         assert!(Pkcs11Uri::parse("pkcs11:id=%0").is_err());
+        // RFC 3986: '%' and two hex digits, no sign.
+        assert!(Pkcs11Uri::parse("pkcs11:id=%+f").is_err());
     }
 
     #[test]

@@ -184,6 +184,15 @@ impl Object {
         if find(template, CKA_TOKEN).map(|a| a.as_bool()).transpose()? == Some(true) {
             return Err(CKR_ATTRIBUTE_VALUE_INVALID);
         }
+        // A key that wants the PIN before each use: the provider has no PIN to ask for (the
+        // framework keeps such keys in the software token, which asks).
+        if find(template, CKA_ALWAYS_AUTHENTICATE)
+            .map(|a| a.as_bool())
+            .transpose()?
+            == Some(true)
+        {
+            return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+        }
         let key_type = ulong(template, CKA_KEY_TYPE)?.ok_or(CKR_TEMPLATE_INCOMPLETE)?;
         let from_template = matches!(material, Material::Template);
         if !from_template && SENSITIVE_ATTRS.iter().any(|k| find(template, *k).is_some()) {

@@ -97,23 +97,37 @@ impl Accel {
         Ok(())
     }
 
-    /// `C_Login`: the token needs no login; a user login is accepted with any PIN and only
-    /// changes the reported session state. A second login answers
-    /// `CKR_USER_ALREADY_LOGGED_IN`; the SO cannot log in (`CKR_USER_TYPE_INVALID`).
+    /// `C_Login`: the token needs no login; a user login is accepted with any PIN. A second
+    /// login answers `CKR_USER_ALREADY_LOGGED_IN`; the SO cannot log in
+    /// (`CKR_USER_TYPE_INVALID`); a context-specific login needs a signature or decryption
+    /// under way (`CKR_OPERATION_NOT_INITIALIZED`) and the user's login
+    /// (`CKR_USER_NOT_LOGGED_IN`).
     pub(crate) fn login(
         &self,
         s: CK_SESSION_HANDLE,
         user: CK_USER_TYPE,
         _pin: &[u8],
     ) -> CkResult<()> {
-        self.session(s)?;
+        let sess = self.session(s)?;
         match user {
-            CKU_USER | CKU_CONTEXT_SPECIFIC => {}
-            CKU_SO => return Err(CKR_USER_TYPE_INVALID),
+            CKU_USER => {}
+            CKU_CONTEXT_SPECIFIC => {
+                // As in the software token: for the signature or decryption under way, and
+                // after the user's own login.
+                let st = lock(&sess);
+                let active = st.sign.is_some()
+                    || st.decrypt.is_some()
+                    || st.pending_sign.is_some()
+                    || st.pending_decrypt.is_some();
+                if !active {
+                    return Err(CKR_OPERATION_NOT_INITIALIZED);
+                }
+                if !self.logged_in.load(Ordering::Acquire) {
+                    return Err(CKR_USER_NOT_LOGGED_IN);
+                }
+                return Ok(());
+            }
             _ => return Err(CKR_USER_TYPE_INVALID),
-        }
-        if user == CKU_CONTEXT_SPECIFIC {
-            return Ok(());
         }
         if self.logged_in.swap(true, Ordering::AcqRel) {
             return Err(CKR_USER_ALREADY_LOGGED_IN);

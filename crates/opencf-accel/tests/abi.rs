@@ -360,6 +360,54 @@ fn private_objects_need_a_login() {
     s.destroy_object(public).unwrap();
 }
 
+/// `CKA_ALWAYS_AUTHENTICATE = TRUE` is refused (the provider has no PIN to ask for each use),
+/// and a context-specific login follows the software token's rules: a decryption or
+/// signature under way (`CKR_OPERATION_NOT_INITIALIZED`), the user logged in
+/// (`CKR_USER_NOT_LOGGED_IN`).
+#[test]
+fn context_specific_login() {
+    use cryptoki::session::UserType;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let s = session();
+    let mut t = private_template(&Rsa::generate(2048).unwrap());
+    t.push(Attribute::AlwaysAuthenticate(true));
+    assert_eq!(
+        rv(s.create_object(&t).unwrap_err()),
+        RvError::AttributeValueInvalid
+    );
+    assert_eq!(
+        rv(s.login(UserType::ContextSpecific, None).unwrap_err()),
+        RvError::OperationNotInitialized
+    );
+    let slot = module().get_slots_with_token().unwrap()[0];
+    if !module()
+        .get_mechanism_list(slot)
+        .unwrap()
+        .contains(&MechanismType::AES_ECB)
+    {
+        eprintln!("SKIP: no AES engine here; the context-specific login with an operation");
+        return;
+    }
+    let k = s
+        .create_object(&[
+            Attribute::Class(ObjectClass::SECRET_KEY),
+            Attribute::KeyType(KeyType::AES),
+            Attribute::Token(false),
+            Attribute::Decrypt(true),
+            Attribute::Value(vec![5; 16]),
+        ])
+        .unwrap();
+    s.decrypt_init(&Mechanism::AesEcb, k).unwrap();
+    assert_eq!(
+        rv(s.login(UserType::ContextSpecific, None).unwrap_err()),
+        RvError::UserNotLoggedIn
+    );
+    s.login(UserType::User, None).unwrap();
+    s.login(UserType::ContextSpecific, None).unwrap();
+    s.logout().unwrap();
+    s.destroy_object(k).unwrap();
+}
+
 #[test]
 fn by_value_and_by_unwrap() {
     let Some((_g, s)) = start(engine_here) else {

@@ -4,7 +4,7 @@
 
 use crate::mech::{self, CipherOp, DigestOp, MessageOp, SignOp, VerifyOp};
 use crate::object::Object;
-use crate::token::{store_err, Token, LOGGED_OUT, LOGGED_SO, LOGGED_USER};
+use crate::token::{Token, LOGGED_OUT, LOGGED_SO, LOGGED_USER};
 use crate::SoftToken;
 use opencf_abi::sys::*;
 use opencf_abi::{CkResult, Mechanism, OutBuf};
@@ -380,7 +380,9 @@ impl SoftToken {
                 if token.login() != LOGGED_USER {
                     return Err(CKR_USER_NOT_LOGGED_IN);
                 }
-                store.login(CKU_USER, pin).map_err(store_err)?;
+                store
+                    .login(CKU_USER, pin)
+                    .map_err(|e| token.pin_store_err(e))?;
                 st.sign_context_auth = st.sign.is_some();
                 st.decrypt_context_auth = st.decrypt.is_some();
                 Ok(())
@@ -406,7 +408,7 @@ impl SoftToken {
                 {
                     return Err(CKR_SESSION_READ_ONLY_EXISTS);
                 }
-                let mk = store.login(user, pin).map_err(store_err)?;
+                let mk = store.login(user, pin).map_err(|e| token.pin_store_err(e))?;
                 *token.master_key.lock().unwrap_or_else(|e| e.into_inner()) = Some(mk);
                 token.login_state.store(wanted, Ordering::Release);
                 token.update_pin_expired();

@@ -105,7 +105,7 @@ impl SoftToken {
         token
             .store()?
             .init_token(&label, so_pin)
-            .map_err(store_err)?;
+            .map_err(|e| token.pin_store_err(e))?;
         self.logout_token(&token);
         self.objects.remove_where(|o| o.slot == slot);
         *token.sync.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
@@ -157,7 +157,7 @@ impl SoftToken {
         sess.token
             .store()?
             .set_pin(user, old, new)
-            .map_err(store_err)?;
+            .map_err(|e| sess.token.pin_store_err(e))?;
         sess.token.update_pin_expired();
         Ok(())
     }

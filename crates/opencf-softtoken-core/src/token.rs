@@ -70,6 +70,16 @@ pub fn store_err(e: StoreError) -> CK_RV {
 }
 
 impl Token {
+    /// [`store_err`] for the PIN functions (`C_Login`, `C_SetPIN`, `C_InitToken`), which also
+    /// name a damaged keystore on standard error: `CKR_DEVICE_ERROR` alone does not tell a
+    /// damaged PIN record from a disk error, nor say which file.
+    pub fn pin_store_err(&self, e: StoreError) -> CK_RV {
+        if matches!(e, StoreError::Corrupt(_)) {
+            eprintln!("opencf-softtoken: keystore {}: {e}", self.path.display());
+        }
+        store_err(e)
+    }
+
     /// A token whose keystore is `path`; opened (and created as the default token when
     /// `default` is set) if the file exists or `default` is set.
     pub fn open(slot: CK_SLOT_ID, path: PathBuf, default: bool) -> CkResult<Token> {

@@ -269,16 +269,20 @@ fn two_concurrent_writers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The keystore file in `dir`.
+fn keystore_file(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "sqlite"))
+        .expect("a keystore file")
+}
+
 /// Damages the keystore in `dir` behind the token's back: one byte of one stored value of
 /// the first private object flipped (it no longer authenticates), and a public object added
 /// whose `CKA_CLASS` is two bytes long. Returns the first object's id.
 fn damage(dir: &Path) -> i64 {
-    let file = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "sqlite"))
-        .expect("a keystore file");
-    let db = rusqlite::Connection::open(file).unwrap();
+    let db = rusqlite::Connection::open(keystore_file(dir)).unwrap();
     let (id, ty, mut value): (i64, i64, Vec<u8>) = db
         .query_row(
             "SELECT a.object_id, a.type, a.value FROM attributes AS a
@@ -357,5 +361,36 @@ fn a_damaged_object_leaves_the_others() {
         "the message names the object: {err}"
     );
     println!("a_damaged_object_leaves_the_others: 99 of 100 objects found, two told: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A damaged PIN record (the user's salt changed behind the token's back) answers
+/// `CKR_DEVICE_ERROR`, with a message naming the keystore and the record, instead of
+/// `CKR_PIN_INCORRECT`; no try of the PIN is counted.
+#[test]
+fn a_damaged_pin_record_is_not_a_wrong_pin() {
+    require_module();
+    let dir = keystore("pinrecord");
+    let (status, _, err) = start(writer(&dir, "write", "p", 1)).finish();
+    assert!(status.success(), "writer failed ({status}): {err}");
+    let file = keystore_file(&dir);
+    let db = rusqlite::Connection::open(&file).unwrap();
+    db.execute(
+        "UPDATE pins SET salt = zeroblob(16) WHERE user_type = 1",
+        [],
+    )
+    .unwrap();
+    let (status, _, err) = start(writer(&dir, "verify", "v", 0)).finish();
+    assert!(!status.success(), "the login must fail");
+    assert!(err.contains("C_Login: DeviceError"), "{err}");
+    assert!(
+        err.contains("user PIN record is damaged") && err.contains(&*file.to_string_lossy()),
+        "the message names the record and the file: {err}"
+    );
+    let failures: i64 = db
+        .query_row("SELECT user_failures FROM token", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(failures, 0, "no try of the PIN is counted");
+    println!("a_damaged_pin_record_is_not_a_wrong_pin: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,10 @@
 //!   (user, SO) has a row in `pins` with the master key wrapped by AES-256-GCM
 //!   under `scrypt(PIN, salt)` (N=2^15, r=8, p=1, 16-byte salt; the KDF name and
 //!   parameters are stored in the row). AAD `opencf-mk-wrap:user` / `:so`. A wrong
-//!   PIN shows as a failing GCM tag. Changing a PIN rewraps only the master key.
+//!   PIN shows as a failing GCM tag; a damaged row is told apart before that by its
+//!   check value (SHA-256 over its fields, `pin::PinRecord::check_value`), which a login
+//!   writes into a row of an older build once it has proved the row intact. Changing a
+//!   PIN rewraps only the master key.
 //!   The token row also keeps a check value (a GCM tag under the master key) so
 //!   that a stale [`MasterKey`] (another process re-initialized the token) is
 //!   refused instead of producing undecryptable rows.
@@ -561,6 +564,8 @@ impl TokenStore {
                 }
                 let rec = PinRecord::load(&tx, who)?
                     .ok_or_else(|| StoreError::Corrupt(format!("{who:?} PIN record missing")))?;
+                // A damaged record is told before the PIN is tried: no try is counted.
+                rec.check_intact(who)?;
                 let count = failures + 1;
                 set_failures(&tx, who, count)?;
                 self.commit(tx, what)?;
@@ -581,6 +586,10 @@ impl TokenStore {
             return match result {
                 Some(mk) => {
                     set_failures(&tx, who, 0)?;
+                    // The row is intact (its key unwrapped): a row of an older build gets
+                    // its check value now.
+                    let mut rec = rec;
+                    rec.add_check(&tx, who)?;
                     self.commit(tx, what)?;
                     Ok((mk, rec))
                 }

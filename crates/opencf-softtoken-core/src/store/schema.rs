@@ -47,7 +47,11 @@ CREATE TABLE pins (
     kdf_p       INTEGER NOT NULL,
     salt        BLOB    NOT NULL,     -- 16 random bytes per PIN
     wrap_alg    TEXT    NOT NULL,     -- 'aes-256-gcm'
-    wrapped_key BLOB    NOT NULL      -- nonce(12) || ciphertext(32) || tag(16)
+    wrapped_key BLOB    NOT NULL,     -- nonce(12) || ciphertext(32) || tag(16)
+    -- SHA-256 over the row's fields (PinRecord::check_value): a damaged row is told from a
+    -- wrong PIN. NULL in a row of an older build until a login proves it intact. Added
+    -- without a new schema version: older builds name their columns and leave it alone.
+    row_check   BLOB
 );
 CREATE TABLE objects (
     id      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -242,7 +246,20 @@ pub(super) fn init_schema(conn: &mut Connection) -> Result<(), StoreError> {
                 "token database has no token row".into(),
             ));
         }
-        // Read-only: nothing to commit; dropping rolls back.
+        // A database made by an older build: the PIN records' check column is added.
+        let has_check: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM pragma_table_info('pins') WHERE name = 'row_check')",
+                [],
+                |r| r.get(0),
+            )
+            .ctx(what)?;
+        if !has_check {
+            tx.execute_batch("ALTER TABLE pins ADD COLUMN row_check BLOB")
+                .ctx("adding the PIN records' check column")?;
+            return tx.commit().ctx("adding the PIN records' check column");
+        }
+        // Nothing else to write: dropping rolls back.
         return Ok(());
     }
     let other_tables: i64 = tx

@@ -589,6 +589,90 @@ fn tampered_pin_record_is_not_a_panic() {
     assert!(matches!(s.meta(), Err(StoreError::Corrupt(_))));
 }
 
+/// A damaged PIN record is told from a wrong PIN: with its check value, a byte changed in the
+/// salt, the wrapped key or a KDF parameter is `Corrupt` (`CKR_DEVICE_ERROR`) before the PIN
+/// is tried, and no try is counted; the other record still logs in.
+#[test]
+fn damaged_pin_record_is_not_a_wrong_pin() {
+    for (column, change) in [
+        (
+            "salt",
+            "UPDATE pins SET salt = zeroblob(16) WHERE user_type = 1",
+        ),
+        (
+            "wrapped_key",
+            "UPDATE pins SET wrapped_key = zeroblob(60) WHERE user_type = 1",
+        ),
+        (
+            "kdf_n",
+            "UPDATE pins SET kdf_n = kdf_n * 2 WHERE user_type = 1",
+        ),
+        (
+            "row_check",
+            "UPDATE pins SET row_check = zeroblob(32) WHERE user_type = 1",
+        ),
+    ] {
+        let dir = TempDir::new();
+        let s = fresh(&dir);
+        let raw = Connection::open(dir.db()).unwrap();
+        raw.execute(change, []).unwrap();
+        match s.login(CKU_USER, DEFAULT_PIN) {
+            Err(StoreError::Corrupt(m)) => assert!(m.contains("user PIN record is damaged"), "{m}"),
+            other => panic!("{column}: expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(
+            s.meta().unwrap().user_failures,
+            0,
+            "{column}: no try counted"
+        );
+        s.login(CKU_SO, DEFAULT_PIN).unwrap();
+    }
+}
+
+/// A record written before the check column existed (NULL there, or a database without the
+/// column): opening adds the column, a wrong PIN is still `CKR_PIN_INCORRECT`, and a login
+/// that proves the record intact writes its check value, which then guards it.
+#[test]
+fn pin_record_of_an_older_build_gets_its_check() {
+    let dir = TempDir::new();
+    drop(fresh(&dir));
+    let raw = Connection::open(dir.db()).unwrap();
+    raw.execute_batch("ALTER TABLE pins DROP COLUMN row_check")
+        .unwrap();
+    let s = TokenStore::open(&dir.db()).unwrap();
+    let count_checked = || -> i64 {
+        raw.query_row(
+            "SELECT count(*) FROM pins WHERE row_check IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(count_checked(), 0, "the column is added empty");
+    assert_eq!(pin_err(s.login(CKU_USER, b"wrong-pin")), CKR_PIN_INCORRECT);
+    assert_eq!(count_checked(), 0);
+    s.login(CKU_USER, DEFAULT_PIN).unwrap();
+    assert_eq!(
+        count_checked(),
+        1,
+        "the user's record is checked after its login"
+    );
+    raw.execute(
+        "UPDATE pins SET salt = zeroblob(16) WHERE user_type = 1",
+        [],
+    )
+    .unwrap();
+    assert!(matches!(
+        s.login(CKU_USER, DEFAULT_PIN),
+        Err(StoreError::Corrupt(_))
+    ));
+    // A PIN change through the checked record keeps it checked.
+    s.login(CKU_SO, DEFAULT_PIN).unwrap();
+    s.set_pin(CKU_SO, DEFAULT_PIN, b"new-so-pin").unwrap();
+    assert_eq!(count_checked(), 2);
+    s.login(CKU_SO, b"new-so-pin").unwrap();
+}
+
 #[test]
 fn files_and_dirs_are_private() {
     let dir = TempDir::new();

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from testkeys import READABLE, import_secret, unique
 from pkcs11 import Attribute, KeyType, Mechanism, MechanismFlag
-from pkcs11.exceptions import PKCS11Error
+from pkcs11.exceptions import MechanismParamInvalid, PKCS11Error
 
 # --- DES3 ----------------------------------------------------------------------
 
@@ -126,3 +126,14 @@ def test_chacha20_poly1305_rejects_tampering(session):
     other = p11ext.chacha20_poly1305_params(nonce, b"HDR")
     with pytest.raises(PKCS11Error):
         key.decrypt(ct, mechanism=p11ext.CKM_CHACHA20_POLY1305, mechanism_param=bytes(other))
+
+
+@NEEDS_CHACHA
+@pytest.mark.parametrize("nonce_len", [8, 16])
+def test_chacha20_poly1305_takes_the_96_bit_nonce_only(session, nonce_len):
+    """RFC 8439's 96-bit nonce only (docs/SOFTTOKEN.md): the original construction's 64-bit
+    nonce, and any other length, is CKR_MECHANISM_PARAM_INVALID."""
+    _, key = chacha_key(session)
+    params = p11ext.chacha20_poly1305_params(os.urandom(nonce_len), b"hdr")
+    with pytest.raises(MechanismParamInvalid):
+        key.encrypt(b"data", mechanism=p11ext.CKM_CHACHA20_POLY1305, mechanism_param=bytes(params))

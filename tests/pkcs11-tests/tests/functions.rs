@@ -1013,6 +1013,26 @@ fn dual_sign_encrypt_and_decrypt_verify() {
 
 // ------------------------------------------------------------------ 4. message AEAD
 
+/// `C_MessageEncryptInit` (`encrypt`) or `C_MessageDecryptInit` with `CKM_AES_GCM`, given the
+/// `CK_GCM_MESSAGE_PARAMS` of `iv` and `generator` as its parameter, as cryptoki passes it
+/// (PKCS#11 defines none there, and cryptoki cannot pass a NULL one for `CKM_AES_GCM`).
+fn gcm_message_init(
+    s: &Session,
+    key: ObjectHandle,
+    mut iv: [u8; 12],
+    generator: GeneratorFunction,
+    encrypt: bool,
+) -> cryptoki::error::Result<()> {
+    let mut tag = [0u8; 16];
+    let init = GcmMessageParams::new(&mut iv, 0.into(), generator, &mut tag).unwrap();
+    let m = Mechanism::AesGcmMessage(init);
+    if encrypt {
+        s.message_encrypt_init(&m, key)
+    } else {
+        s.message_decrypt_init(&m, key)
+    }
+}
+
 /// `C_MessageEncryptInit` + `C_EncryptMessage` + `C_MessageEncryptFinal` with
 /// `CK_GCM_MESSAGE_PARAMS`, and the decrypting counterparts.
 ///
@@ -1039,17 +1059,8 @@ fn message_aes_gcm() {
     // --- CKG_NO_GENERATE: the IV is given.
     let mut iv = [0x11u8; 12];
     let mut tag = [0u8; 16];
-    let mut init_iv = iv;
-    let mut init_tag = [0u8; 16];
-    let init = GcmMessageParams::new(
-        &mut init_iv,
-        0.into(),
-        GeneratorFunction::NoGenerate,
-        &mut init_tag,
-    )
-    .unwrap();
     ok(
-        s.message_encrypt_init(&Mechanism::AesGcmMessage(init), key),
+        gcm_message_init(&s, key, iv, GeneratorFunction::NoGenerate, true),
         "C_MessageEncryptInit(CKM_AES_GCM with CK_GCM_MESSAGE_PARAMS, as cryptoki passes it)",
     );
     let mut sealed = Vec::new();
@@ -1075,16 +1086,8 @@ fn message_aes_gcm() {
     // --- CKG_GENERATE_RANDOM: the token writes the IV back.
     let mut riv = [0u8; 12];
     let mut rtag = [0u8; 16];
-    let mut init_iv = [0u8; 12];
-    let init = GcmMessageParams::new(
-        &mut init_iv,
-        0.into(),
-        GeneratorFunction::GenerateRandom,
-        &mut init_tag,
-    )
-    .unwrap();
     ok(
-        s.message_encrypt_init(&Mechanism::AesGcmMessage(init), key),
+        gcm_message_init(&s, key, [0; 12], GeneratorFunction::GenerateRandom, true),
         "C_MessageEncryptInit(CKM_AES_GCM with CK_GCM_MESSAGE_PARAMS, as cryptoki passes it)",
     );
     let m = msgs[1];
@@ -1120,16 +1123,8 @@ fn message_aes_gcm() {
     sealed.push((riv, ct, got_tag.to_vec()));
 
     // --- Decryption, then a flipped tag.
-    let mut init_iv = [0u8; 12];
-    let init = GcmMessageParams::new(
-        &mut init_iv,
-        0.into(),
-        GeneratorFunction::NoGenerate,
-        &mut init_tag,
-    )
-    .unwrap();
     ok(
-        s.message_decrypt_init(&Mechanism::AesGcmMessage(init), key),
+        gcm_message_init(&s, key, [0; 12], GeneratorFunction::NoGenerate, false),
         "C_MessageDecryptInit(CKM_AES_GCM with CK_GCM_MESSAGE_PARAMS, as cryptoki passes it)",
     );
     let plain = [msgs[0], msgs[1], msgs[1]];
@@ -2229,4 +2224,72 @@ fn mechanism_info_key_sizes_are_what_init_takes() {
             }
         }
     }
+
+    // The generic secret key generator's range is in bits (the mechanisms document's unit for
+    // it): every whole-byte length inside it is made, the first byte past it is refused.
+    let range = key_size_range(MechanismType::GENERIC_SECRET_KEY_GEN);
+    let (min, max) = (*range.start(), *range.end());
+    assert!(
+        min >= 8 && max.is_multiple_of(8),
+        "CKM_GENERIC_SECRET_KEY_GEN range {range:?}: not a range of bits"
+    );
+    for len in [min.div_ceil(8), 64, max / 8, max / 8 + 1] {
+        let r = s.generate_key(
+            &Mechanism::GenericSecretKeyGen,
+            &[
+                Attribute::Token(false),
+                Attribute::ValueLen((len as u64).into()),
+                Attribute::Sign(true),
+            ],
+        );
+        let what = format!("C_GenerateKey(CKM_GENERIC_SECRET_KEY_GEN, {len} bytes)");
+        match r {
+            Ok(h) => {
+                assert!(
+                    range.contains(&(8 * len)),
+                    "{what}: made, outside {range:?} bits"
+                );
+                ok(s.destroy_object(h), "C_DestroyObject");
+            }
+            Err(e) => assert!(
+                !range.contains(&(8 * len)),
+                "{what}: {} inside {range:?} bits",
+                describe(&e)
+            ),
+        }
+    }
+}
+
+/// The message flags claim what the message functions do: single-call message AEAD
+/// (`CKF_MESSAGE_ENCRYPT`, `CKF_MESSAGE_DECRYPT`), not `CKF_MULTI_MESSAGE`, whose
+/// `C_EncryptMessageBegin` answers `CKR_FUNCTION_NOT_SUPPORTED` (docs/SOFTTOKEN.md).
+#[test]
+fn message_flags_are_what_the_functions_do() {
+    let _g = shared();
+    let env = env();
+    // CKM_CHACHA20_POLY1305 shares the flags (one constant of the mechanism table); cryptoki
+    // 0.12 has no MechanismType for it.
+    let m = MechanismType::AES_GCM;
+    let i = ok(
+        env.token.pkcs11.get_mechanism_info(env.token.slot, m),
+        &format!("C_GetMechanismInfo({m})"),
+    );
+    assert!(i.message_encrypt() && i.message_decrypt(), "{m}: {i:?}");
+    assert!(!i.multi_message(), "{m}: CKF_MULTI_MESSAGE claimed: {i:?}");
+    let s = env.token.session();
+    let key = aes_key(&s, &[]);
+    let mut iv = [0x22u8; 12];
+    let mut tag = [0u8; 16];
+    ok(
+        gcm_message_init(&s, key, iv, GeneratorFunction::NoGenerate, true),
+        "C_MessageEncryptInit(CKM_AES_GCM)",
+    );
+    let p =
+        GcmMessageParams::new(&mut iv, 0.into(), GeneratorFunction::NoGenerate, &mut tag).unwrap();
+    expect(
+        s.encrypt_message_begin(MessageParam::AesGcmMessage(p), b"aad"),
+        RvError::FunctionNotSupported,
+        "C_EncryptMessageBegin",
+    );
+    ok(s.message_encrypt_final(), "C_MessageEncryptFinal");
 }

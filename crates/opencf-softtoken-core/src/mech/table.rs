@@ -1,10 +1,12 @@
 //! The mechanism list of the software token and each mechanism's `CK_MECHANISM_INFO`.
 //!
-//! Key sizes follow the specification's units: bytes for AES, DES3, ChaCha20, HMAC and generic
-//! secrets; bits for RSA and elliptic curves; ML-DSA and ML-KEM give the parameter-set range.
-//! A range is what the mechanism takes: the RSA operations every modulus the token accepts
-//! (512 to 16384 bits, as SoftHSMv2), key-pair generation 1024 to 8192 bits; HMAC and HKDF
-//! every generic secret, HMAC or HKDF key (1 byte to 64 KiB), the generators up to 512 bytes.
+//! Key sizes follow the specification's units: bytes for AES, DES3, ChaCha20, HMAC and HKDF;
+//! bits for RSA, elliptic curves and the generic secret key generator (the mechanisms
+//! document says so of `CKM_GENERIC_SECRET_KEY_GEN`); ML-DSA and ML-KEM give the parameter-set
+//! range. A range is what the mechanism takes: the RSA operations every modulus the token
+//! accepts (512 to 16384 bits, as SoftHSMv2), key-pair generation 1024 to 8192 bits; HMAC and
+//! HKDF every generic secret, HMAC or HKDF key (1 byte to 64 KiB), the generators up to 512
+//! bytes (4096 bits).
 
 use super::{rsa, sym};
 use opencf_abi::sys::*;
@@ -13,7 +15,9 @@ const ENC: CK_FLAGS = CKF_ENCRYPT | CKF_DECRYPT;
 const WRAP: CK_FLAGS = CKF_WRAP | CKF_UNWRAP;
 const SV: CK_FLAGS = CKF_SIGN | CKF_VERIFY;
 const EC_FLAGS: CK_FLAGS = CKF_EC_F_P | CKF_EC_NAMEDCURVE | CKF_EC_UNCOMPRESS | CKF_EC_OID;
-const MSG: CK_FLAGS = CKF_MESSAGE_ENCRYPT | CKF_MESSAGE_DECRYPT | CKF_MULTI_MESSAGE;
+/// Message-based AEAD, single call only: `CKF_MULTI_MESSAGE` (`C_*MessageBegin`/`Next`) is not
+/// claimed, since those answer `CKR_FUNCTION_NOT_SUPPORTED`.
+const MSG: CK_FLAGS = CKF_MESSAGE_ENCRYPT | CKF_MESSAGE_DECRYPT;
 
 const fn info(min: CK_ULONG, max: CK_ULONG, flags: CK_FLAGS) -> CK_MECHANISM_INFO {
     CK_MECHANISM_INFO {
@@ -37,9 +41,15 @@ const fn secret(flags: CK_FLAGS) -> CK_MECHANISM_INFO {
     info(1, sym::MAX_SECRET as CK_ULONG, flags)
 }
 
-/// A generic secret or HKDF key generator.
-const fn secret_gen() -> CK_MECHANISM_INFO {
+/// The HKDF key generator, in bytes.
+const fn hkdf_gen() -> CK_MECHANISM_INFO {
     info(1, sym::MAX_GENERATED as CK_ULONG, CKF_GENERATE)
+}
+
+/// The generic secret key generator: the same lengths in bits, the unit the mechanisms
+/// document gives this mechanism ("the supported range of key sizes, in bits").
+const fn generic_secret_gen() -> CK_MECHANISM_INFO {
+    info(8, 8 * sym::MAX_GENERATED as CK_ULONG, CKF_GENERATE)
 }
 
 /// Every mechanism of the software token, in the order `C_GetMechanismList` lists them.
@@ -73,7 +83,7 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     (CKM_SHA3_384_HMAC_GENERAL, secret(SV)),
     (CKM_SHA3_512_HMAC, secret(SV)),
     (CKM_SHA3_512_HMAC_GENERAL, secret(SV)),
-    (CKM_GENERIC_SECRET_KEY_GEN, secret_gen()),
+    (CKM_GENERIC_SECRET_KEY_GEN, generic_secret_gen()),
     // AES.
     (CKM_AES_KEY_GEN, info(16, 32, CKF_GENERATE)),
     (CKM_AES_ECB, info(16, 32, ENC | WRAP)),
@@ -181,7 +191,7 @@ static TABLE: &[(CK_MECHANISM_TYPE, CK_MECHANISM_INFO)] = &[
     // Key derivation.
     (CKM_PKCS5_PBKD2, info(0, 0, CKF_GENERATE)),
     (CKM_HKDF_DERIVE, secret(CKF_DERIVE)),
-    (CKM_HKDF_KEY_GEN, secret_gen()),
+    (CKM_HKDF_KEY_GEN, hkdf_gen()),
 ];
 
 /// `C_GetMechanismList` of the software token.

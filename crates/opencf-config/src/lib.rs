@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -494,11 +495,27 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Reads and validates one file. Environment overrides are not applied.
 pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
     let fail = |msg: String| ConfigError::new(Some(path), None, msg);
-    // Read through a bound: every application reads this file at `C_Initialize`, and a path
-    // that leads to a device that never ends must be an error, not all its memory.
+    // Every application reads this file at `C_Initialize`: a path that leads to a FIFO (whose
+    // open waits for a writer) or a device must be an error at once, not a wait without end,
+    // and a file is read through a bound, not until memory runs out. The open does not wait
+    // (`O_NONBLOCK`); only a regular file is read.
     let mut data = Vec::new();
-    File::open(path)
-        .and_then(|f| f.take(MAX_CONFIG_FILE + 1).read_to_end(&mut data))
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(fail(
+            "cannot read: not a regular file (a device, FIFO, socket or directory is not read)"
+                .into(),
+        ));
+    }
+    file.take(MAX_CONFIG_FILE + 1)
+        .read_to_end(&mut data)
         .map_err(|e| fail(format!("cannot read: {e}")))?;
     if data.len() as u64 > MAX_CONFIG_FILE {
         return Err(fail(format!(
@@ -742,6 +759,9 @@ fn lock_path(path: &Path) -> PathBuf {
 pub fn lock(path: &Path) -> Result<ConfigLock, ConfigError> {
     let ioerr =
         |what: &str, e: io::Error| ConfigError::new(Some(path), None, format!("{what}: {e}"));
+    // The lock of the file an edit writes: an edit through a link and one of the file itself
+    // take the same lock, and nothing is made beside a device.
+    let path = &file_written(path).map_err(|e| ioerr("cannot write", e))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| ioerr("cannot create directory", e))?;
     }
@@ -755,10 +775,50 @@ pub fn lock(path: &Path) -> Result<ConfigLock, ConfigError> {
     Ok(ConfigLock { _file: file })
 }
 
+/// The file an edit of `path` writes: `path` itself, or, where `path` is a symbolic link, the
+/// file the link leads to (the edit changes the file the path names, and the link stays a
+/// link). What is there must be a regular file, or nothing yet: a device, FIFO or directory
+/// is refused, never replaced.
+fn file_written(path: &Path) -> io::Result<PathBuf> {
+    let target = match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => match fs::canonicalize(path) {
+            Ok(t) => t,
+            // A dangling link: the file it names is made.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let mut t = path.to_path_buf();
+                for _ in 0..40 {
+                    let next = fs::read_link(&t)?;
+                    t = match t.parent() {
+                        Some(dir) if next.is_relative() => dir.join(next),
+                        _ => next,
+                    };
+                    if !fs::symlink_metadata(&t).is_ok_and(|m| m.file_type().is_symlink()) {
+                        return Ok(t);
+                    }
+                }
+                return Err(io::Error::other("too many levels of symbolic links"));
+            }
+            Err(e) => return Err(e),
+        },
+        _ => path.to_path_buf(),
+    };
+    match fs::metadata(&target) {
+        Ok(m) if !m.is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (a device, FIFO, socket or directory is not replaced)",
+                target.display()
+            ),
+        )),
+        _ => Ok(target),
+    }
+}
+
 fn write_atomic(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let ioerr =
         |what: &str, e: io::Error| ConfigError::new(Some(path), None, format!("{what}: {e}"));
+    let path = &file_written(path).map_err(|e| ioerr("cannot write", e))?;
     let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(d) => d.to_path_buf(),
         None => PathBuf::from("."),

@@ -222,9 +222,18 @@ fn error_display_forms() {
 
 #[test]
 fn load_from_reads_through_a_bound() {
+    // A device is not read at all (it could be /dev/zero, which never ends).
     let e = load_from(Path::new("/dev/zero")).unwrap_err().to_string();
-    assert_eq!(e, "/dev/zero: cannot read: larger than 1048576 bytes");
+    assert_eq!(
+        e,
+        "/dev/zero: cannot read: not a regular file (a device, FIFO, socket or directory is not read)"
+    );
     let dir = tempfile::tempdir().unwrap();
+    // A regular file past the bound.
+    let big = dir.path().join("big.toml");
+    fs::write(&big, vec![b'#'; MAX_CONFIG_FILE as usize + 1]).unwrap();
+    let e = load_from(&big).unwrap_err().to_string();
+    assert!(e.ends_with("cannot read: larger than 1048576 bytes"), "{e}");
     let latin1 = dir.path().join("latin1.toml");
     fs::write(&latin1, b"# caf\xe9\n").unwrap();
     let e = load_from(&latin1).unwrap_err().to_string();
@@ -612,4 +621,83 @@ fn edits_go_to_the_file_of_the_editor_and_start_from_the_file_in_effect() {
         .map(|p| p.name)
         .collect();
     assert_eq!(names, ["softtoken"]);
+}
+
+/// `mkfifo PATH`, through the tool (no `unsafe` outside the ABI crate).
+fn mkfifo(path: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+/// A FIFO as the configuration (every application reads it at `C_Initialize`) is an error at
+/// once: its open used to wait for a writer without end.
+#[test]
+fn a_fifo_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.toml");
+    mkfifo(&fifo);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || tx.send(load_from(&path).map(|_| ()).map_err(|e| e.to_string())));
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("load_from of a FIFO still waits after 10 s");
+    let e = r.unwrap_err();
+    assert!(
+        e.ends_with(
+            "cannot read: not a regular file (a device, FIFO, socket or directory is not read)"
+        ),
+        "{e}"
+    );
+}
+
+/// An edit changes the file the path names: through a symbolic link it writes the link's
+/// file (also a file the link names that does not exist yet), and the link stays a link. A
+/// FIFO (as a device would be) is refused and left as it was; nothing is made beside it.
+#[test]
+fn edits_follow_links_and_replace_only_regular_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("lib");
+    fs::create_dir(&lib).unwrap();
+    let real_dir = dir.path().join("real");
+    fs::create_dir(&real_dir).unwrap();
+    let real = real_dir.join("opencf.toml");
+    let link = dir.path().join("link.toml");
+    std::os::unix::fs::symlink("real/opencf.toml", &link).unwrap();
+    let is_link = |p: &Path| fs::symlink_metadata(p).unwrap().file_type().is_symlink();
+    let set = |on: bool| {
+        move |c: &mut Config| {
+            c.metaslot.enabled = on;
+            Ok::<_, ConfigError>(())
+        }
+    };
+    // A dangling link: the file it names is made.
+    update(&link, &lib, set(true)).unwrap();
+    assert!(is_link(&link));
+    assert!(
+        load_from(&real).unwrap().metaslot.enabled,
+        "the link's file is made"
+    );
+    update(&link, &lib, set(false)).unwrap();
+    assert!(is_link(&link));
+    assert!(
+        !load_from(&real).unwrap().metaslot.enabled,
+        "the link's file changed"
+    );
+    assert!(
+        real_dir.join("opencf.toml.lock").is_file(),
+        "the lock is the real file's"
+    );
+    assert!(!dir.path().join("link.toml.lock").exists());
+
+    let fifo = dir.path().join("fifo.toml");
+    mkfifo(&fifo);
+    let e = update(&fifo, &lib, set(false)).unwrap_err().to_string();
+    assert!(e.contains("is not a regular file"), "{e}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(!dir.path().join("fifo.toml.lock").exists());
 }

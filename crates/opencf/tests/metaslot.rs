@@ -312,13 +312,32 @@ fn endless_config_fails_initialize() {
     ) + "#";
     let big = dir.join("big.toml");
     std::fs::write(&big, good.clone() + &"#".repeat((1 << 20) + 1 - good.len())).unwrap();
-    for conf in [Path::new("/dev/zero"), &big] {
+    // A FIFO, whose open waited for a writer without end: C_Initialize must answer at once.
+    let fifo = dir.join("fifo.toml");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo");
+    for conf in [Path::new("/dev/zero"), &big, &fifo] {
         std::env::set_var("OPENCF_CONF", conf);
-        let p = Pkcs11::new(framework_lib()).unwrap();
-        let r = p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let p = Pkcs11::new(framework_lib()).unwrap();
+            let r = p.initialize(CInitializeArgs::new(CInitializeFlags::OS_LOCKING_OK));
+            let _ = tx.send(format!("{r:?}"));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "C_Initialize with OPENCF_CONF={} still waits after 20 s",
+                    conf.display()
+                )
+            });
         assert!(
-            matches!(r, Err(Error::Pkcs11(RvError::FunctionFailed, _))),
-            "C_Initialize with OPENCF_CONF={}: {r:?}",
+            r.starts_with("Err(Pkcs11(FunctionFailed"),
+            "C_Initialize with OPENCF_CONF={}: {r}",
             conf.display()
         );
     }

@@ -362,7 +362,8 @@ impl Words {
                 if w.kv.iter().any(|(x, _)| x == k) {
                     return Err(usage(format!("\"{k}=\" given twice")));
                 }
-                if v.is_empty() {
+                // Blank is empty: the configuration refuses a blank label or name.
+                if v.trim().is_empty() {
                     return Err(usage(format!("\"{k}=\" needs a value")));
                 }
                 w.kv.push((k.to_string(), v.to_string()));
@@ -388,7 +389,7 @@ impl Words {
 }
 
 fn parse_mechs(list: &str) -> Result<Option<Vec<CK_MECHANISM_TYPE>>, Fail> {
-    if list == "all" {
+    if list.trim() == "all" {
         return Ok(None);
     }
     let mut out = Vec::new();

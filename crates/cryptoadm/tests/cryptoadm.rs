@@ -281,7 +281,8 @@ fn enable_disable_mechanisms_and_random() {
     e.ok(&["enable", "provider=softtoken", "random"]);
     assert_eq!(e.policy("softtoken")["random"], true);
 
-    e.ok(&["disable", "provider=softtoken", "mechanism=all"]);
+    // "all" with blanks around it, as a list's names may have.
+    e.ok(&["disable", "provider=softtoken", "mechanism= all "]);
     let p = e.policy("softtoken");
     assert_eq!(p["enabled"], serde_json::json!([]));
     assert_eq!(e.json(&["list"])["providers"][0]["state"], "disabled");
@@ -390,6 +391,21 @@ fn metaslot_settings() {
         .contains("Keystore token: My HSM Token"));
     assert_eq!(e.code(&["disable", "metaslot", "token=x"]).0, 64);
     assert_eq!(e.code(&["enable", "metaslot", "bogus"]).0, 64);
+    // A blank value is no value (the configuration refuses a blank label or name): refused
+    // before anything is written, and the file still reads.
+    let before = std::fs::read(&e.cfg).unwrap();
+    let (code, out) = e.code(&["enable", "metaslot", "token=   "]);
+    assert_eq!(
+        (code, out.trim()),
+        (64, "cryptoadm: \"token=\" needs a value")
+    );
+    let (code, out) = e.code(&["install", "provider=libx.so", "name= "]);
+    assert_eq!(
+        (code, out.trim()),
+        (64, "cryptoadm: \"name=\" needs a value")
+    );
+    assert_eq!(std::fs::read(&e.cfg).unwrap(), before);
+    e.ok(&["list"]);
     // Install after metaslot edits keeps the default providers.
     assert_eq!(e.names(), ["softtoken"]);
 }

@@ -887,6 +887,15 @@ pub fn update_target<T, E: From<ConfigError>>(
     };
     let out = f(&mut cfg)?;
     cfg.source = Source::File(path.to_path_buf());
+    // Never write what would not be read back: an edit the parser would refuse fails every
+    // application's `C_Initialize` and every later edit.
+    parse_str(&to_toml_string(&cfg), Some(path)).map_err(|e| {
+        ConfigError::new(
+            Some(path),
+            None,
+            format!("the edit is refused: {}", e.message),
+        )
+    })?;
     write_atomic(&cfg, path)?;
     Ok(out)
 }

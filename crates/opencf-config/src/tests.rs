@@ -424,6 +424,18 @@ fn update_starts_from_default_and_is_atomic_under_threads() {
     });
     assert!(r.is_err());
     assert_eq!(fs::read(&path).unwrap(), before);
+    // An edit the parser would refuse (a blank provider name) is not written.
+    let e = update(&path, &lib, |c| {
+        c.providers[1].name = " ".into();
+        Ok::<_, ConfigError>(())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("the edit is refused") && e.contains("empty name"),
+        "{e}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
 }
 
 #[test]

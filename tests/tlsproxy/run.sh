@@ -1058,5 +1058,32 @@ check "cryptoadm stat --json: proxy handshake counters and softtoken signatures"
 stop_ok() { "${CFG[@]}" stop >/dev/null && wait_port "$P_RSA" down && [ ! -e "$W/tlsproxy.pid" ]; }
 check "tlsproxycfg stop: daemon gone, pid file removed" stop_ok
 
+# A pid file left by a killed daemon may name a pid the system gave to another process since:
+# tlsproxycfg takes only an opencf-tlsproxy process, so no other process is signalled.
+stale_pid_ok() {
+    sleep 300 & local other=$!
+    PIDS+=("$other")
+    echo "$other" > "$W/tlsproxy.pid"
+    "${CFG[@]}" list | grep -q "daemon: not running" || return 1
+    "${CFG[@]}" stop >/dev/null 2>&1
+    kill -0 "$other" 2>/dev/null || return 1
+    rm -f "$W/tlsproxy.pid"
+}
+check "a stale pid file that names another process: not running, and stop signals nothing" stale_pid_ok
+# An instance file whose pid file or log would be itself (x.pid, x.log) is refused before
+# anything is started or written.
+same_file_ok() {
+    local f out
+    for f in "$W/inst.pid" "$W/inst.log"; do
+        printf 'drain_timeout = 5\n' > "$f"
+        out=$(timeout 20 "$REL/tlsproxycfg" --config "$f" start 2>&1) && return 1
+        grep -q "would be the instance file itself" <<<"$out" || { echo "$out"; return 1; }
+        [ "$(cat "$f")" = "drain_timeout = 5" ] || return 1
+    done
+    out=$(timeout 10 "$REL/opencf-tlsproxy" --config "$CONF" --pid-file "$CONF" 2>&1) && return 1
+    grep -q "would be the instance file itself" <<<"$out" || { echo "$out"; return 1; }
+}
+check "a pid file or log that would be the instance file: refused, the file unchanged" same_file_ok
+
 echo "tlsproxy: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -46,6 +46,33 @@ pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Whether `a` and `b` name the same file: the same path, or the same file reached by two
+/// paths (a link, `..`) where both exist.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if a == b {
+        return true;
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Refuses a pid file or log that would be the instance file itself (`--config x.pid`, or
+/// `--pid-file` naming the instance file): the daemon would overwrite the configuration with
+/// its pid, append its log to it, or remove it when it stops.
+pub fn check_beside_config(config: &Path, what: &str, path: &Path) -> Result<()> {
+    if same_file(config, path) {
+        return Err(format!(
+            "the {what} {} would be the instance file itself; give the instance file another \
+             name (such as NAME.toml) or the {what} another path",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// [`read_bounded`] with the path in the error.
 pub fn read(path: &Path, max: u64) -> Result<Vec<u8>> {
     read_bounded(path, max).map_err(|e| format!("{}: {e}", path.display()))

@@ -83,6 +83,9 @@ fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
 
 fn daemon(args: Args) -> Result<()> {
     let path = args.config.clone().unwrap_or_else(Config::default_path);
+    if let Some(p) = args.pid_file.as_deref() {
+        opencf_tlsproxy::files::check_beside_config(&path, "pid file", p)?;
+    }
     if let Some(i) = args.worker_index {
         let secret = workers::worker_init(i)?;
         let opts = Options {

@@ -198,6 +198,8 @@ macro_rules! say {
 }
 
 const DEFAULT_TOKEN: &str = "OpenCF Metaslot";
+/// The daemon's executable, beside this one, and its process name.
+const DAEMON: &str = "opencf-tlsproxy";
 
 struct Ctx {
     config: PathBuf,
@@ -222,12 +224,34 @@ fn last_lines(path: &Path, n: usize) -> String {
 }
 
 impl Ctx {
+    /// The daemon's log, beside the instance file.
+    fn log_path(&self) -> PathBuf {
+        self.config.with_extension("log")
+    }
+
+    /// Neither the pid file nor the log may be the instance file (`--config x.pid`).
+    fn check_paths(&self) -> Result<(), String> {
+        use opencf_tlsproxy::files::check_beside_config;
+        check_beside_config(&self.config, "pid file", &self.pid_file)?;
+        check_beside_config(&self.config, "log", &self.log_path())
+    }
+
+    /// The daemon the pid file names, if it runs. A pid file left by a daemon that was
+    /// killed may name a pid the system has given to another process since: only an
+    /// `opencf-tlsproxy` process is taken (its name in `/proc/PID/comm`), so that no other
+    /// process is signalled.
     fn running_pid(&self) -> Option<i32> {
-        // A pid file is a number and a line end; anything longer is not one.
+        let pid = self.pid_in_file()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (comm.trim_end() == DAEMON).then_some(pid)
+    }
+
+    /// The pid the pid file holds: a positive number and a line end; anything longer is not
+    /// one (and is not read whole).
+    fn pid_in_file(&self) -> Option<i32> {
         let text = opencf_tlsproxy::files::read_bounded(&self.pid_file, 64).ok()?;
         let pid: i32 = std::str::from_utf8(&text).ok()?.trim().parse().ok()?;
-        let alive = Path::new(&format!("/proc/{pid}")).exists();
-        alive.then_some(pid)
+        (pid > 0).then_some(pid)
     }
 
     fn signal(&self, sig: rustix::process::Signal) -> Option<i32> {
@@ -256,8 +280,8 @@ impl Ctx {
             return Err(format!("daemon already running (pid {pid})"));
         }
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let daemon = exe.with_file_name("opencf-tlsproxy");
-        let log_path = self.config.with_extension("log");
+        let daemon = exe.with_file_name(DAEMON);
+        let log_path = self.log_path();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -635,13 +659,13 @@ fn main() -> ExitCode {
         .pid_file
         .unwrap_or_else(|| config.with_extension("pid"));
     let ctx = Ctx { config, pid_file };
-    let r = match args.cmd {
+    let r = ctx.check_paths().and_then(|()| match args.cmd {
         c @ Cmd::Create { .. } => create(&ctx, c),
         Cmd::Delete { target } => delete(&ctx, &target),
         Cmd::List => list(&ctx),
         Cmd::Start => ctx.start(),
         Cmd::Stop { graceful } => ctx.stop(graceful),
-    };
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -668,7 +692,8 @@ mod tests {
         assert_eq!(last_lines(&dir.path().join("none.log"), 3), "");
     }
 
-    /// A pid file that is not a short regular file names no daemon (and is not read whole).
+    /// A pid file that is not a short regular file names no pid (and is not read whole); a
+    /// pid of a live process that is not `opencf-tlsproxy` (this test's) names no daemon.
     #[test]
     fn a_pid_file_that_is_not_one_names_no_daemon() {
         let dir = tempfile::tempdir().unwrap();
@@ -678,14 +703,22 @@ mod tests {
         };
         let own = dir.path().join("own.pid");
         std::fs::write(&own, format!("{}\n", std::process::id())).unwrap();
-        assert_eq!(ctx(&own).running_pid(), Some(std::process::id() as i32));
-        assert_eq!(ctx(Path::new("/dev/zero")).running_pid(), None);
+        assert_eq!(ctx(&own).pid_in_file(), Some(std::process::id() as i32));
+        assert_eq!(ctx(&own).running_pid(), None, "not the daemon");
+        assert_eq!(ctx(Path::new("/dev/zero")).pid_in_file(), None);
         let long = dir.path().join("long.pid");
         std::fs::write(
             &long,
             format!("{}\n{}", std::process::id(), " ".repeat(100)),
         )
         .unwrap();
-        assert_eq!(ctx(&long).running_pid(), None);
+        assert_eq!(ctx(&long).pid_in_file(), None);
+        let zero = dir.path().join("zero.pid");
+        std::fs::write(&zero, "0\n").unwrap();
+        assert_eq!(
+            ctx(&zero).pid_in_file(),
+            None,
+            "pid 0 would signal the group"
+        );
     }
 }

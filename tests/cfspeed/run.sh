@@ -218,6 +218,14 @@ if [ -e "$REL/libopencf_accel.so" ]; then
     async_row "--async-threads 2" asyncec2.out \
         '^  ours async +2 thr, 8 in flight each: +[0-9]+ ops/s' \
         CKM_ECDSA:P-256 --async-depth 8 --async-threads 2
+    # --json holds the asynchronous figures too.
+    if OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-async" "$WORK/accel/cfspeed" CKM_ECDSA:P-256 \
+        --async-depth 4 --seconds 0.2 --runs 1 --json >asyncjson.out 2>asyncjson.err &&
+        python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['asynchronous']; sys.exit(0 if len(a) == 1 and a[0]['mechanism'] == 'CKM_ECDSA:P-256' and a[0]['depth'] == 4 and a[0]['threads'] == 1 and a[0]['ops_per_sec'] > 0 else 1)" asyncjson.out; then
+        ok "--async-depth --json: the asynchronous row in the JSON"
+    else
+        fail "--async-depth --json"; cat asyncjson.out asyncjson.err >&2
+    fi
 else
     echo "SKIP - --async-depth: $REL/libopencf_accel.so not built"
 fi
@@ -230,7 +238,8 @@ fi
 # Counts out of range are usage errors (exit 2) naming the range, before anything runs: a
 # thread count the machine cannot start, a search among no objects.
 for bad in "--threads 100000:1..=1024" "--threads 0:1..=1024" "--multi 1000:1..=256" \
-    "--async-threads 0:1..=1024" "--find-objects 0:1..=1000000"; do
+    "--async-threads 0:1..=1024" "--find-objects 0:1..=1000000" "--async-depth 1000000:1..=256" \
+    "--async-depth 0:1..=256"; do
     rc=0
     "$CFSPEED" ${bad%%:*} CKM_SHA256 >range.out 2>&1 || rc=$?
     if [ "$rc" -eq 2 ] && grep -q "is not in ${bad##*:}" range.out; then
@@ -239,6 +248,22 @@ for bad in "--threads 100000:1..=1024" "--threads 0:1..=1024" "--multi 1000:1..=
         fail "${bad%%:*}: exit $rc"; cat range.out >&2
     fi
 done
+
+# A run length past what a Duration holds is a usage error, not a panic; `find` without a PIN
+# is refused before it writes a token object.
+for bad in "--seconds inf:at most 86400" "--seconds 1e300:at most 86400" \
+    "find --seconds 0.1:find needs --pin"; do
+    rc=0
+    OPENCF_SOFTTOKEN_DIR="$WORK/softtoken-nopin" "$CFSPEED" ${bad%%:*} CKM_SHA256 >bad.out 2>&1 || rc=$?
+    if [ "$rc" -eq 2 ] && grep -q "${bad##*:}" bad.out && ! grep -q panicked bad.out; then
+        ok "${bad%%:*}: usage error (${bad##*:})"
+    else
+        fail "${bad%%:*}: exit $rc"; cat bad.out >&2
+    fi
+done
+if [ -e "$WORK/softtoken-nopin" ] && find "$WORK/softtoken-nopin" -name '*.sqlite' | grep -q .; then
+    fail "find without --pin made a keystore"
+fi
 
 echo "cfspeed: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

@@ -174,7 +174,7 @@ struct Args {
     /// RSA and ECDSA signatures (CKM_SHA256_RSA_PKCS[_PSS], CKM_ECDSA): also measure one
     /// thread that keeps N of them in flight on N asynchronous sessions of --module (PKCS#11 3.2
     /// CKF_ASYNC_SESSION, C_AsyncComplete), printed under the tables.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = count(MAX_ASYNC_DEPTH))]
     async_depth: Option<usize>,
     /// With --async-depth: this many polling threads, each with its own N sessions and key,
     /// started together; their rates are summed (at most 1024).
@@ -375,6 +375,14 @@ const MAX_PROCESSES: u64 = 256;
 /// The most token objects `--find-objects` makes.
 const MAX_FIND_OBJECTS: u64 = 1_000_000;
 
+/// The most signatures `--async-depth` keeps in flight per thread (each holds a session and
+/// its buffers).
+const MAX_ASYNC_DEPTH: u64 = 256;
+
+/// The longest `--seconds` (a day): longer would be a mistake, and a value past what a
+/// `Duration` holds (`inf`, `1e300`) must be refused, not a panic.
+const MAX_SECONDS: f64 = 86_400.0;
+
 /// A count option's parser: 1 to `max`, refused by clap's usage error otherwise.
 fn count(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(1..=max)
@@ -396,6 +404,9 @@ fn run(args: Args) -> Result<bool, String> {
     if runs == 0 || seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return Err("--runs and --seconds must be positive".into());
     }
+    if seconds > MAX_SECONDS {
+        return Err(format!("--seconds: at most {MAX_SECONDS} (a day)"));
+    }
     if let Some(c) = &args.chart {
         let ext = c
             .extension()
@@ -409,6 +420,16 @@ fn run(args: Args) -> Result<bool, String> {
         }
     }
     let jobs = plan(&args)?;
+    // `find` writes token objects into the keystore once and keeps them for later runs: as
+    // its help says, it does so only for a user who logged in, not as a side effect of a
+    // benchmark run without a PIN.
+    if args.pin.is_none() && jobs.iter().any(|j| j.bench == Bench::Find) {
+        return Err(
+            "find needs --pin (or CFSPEED_PIN): it writes --find-objects token \
+                    objects into the keystore, kept for later runs"
+                .into(),
+        );
+    }
     if args.break_even {
         if args.vs_module.is_none() && !args.native {
             return Err("--break-even compares with --vs-module PATH or --native".into());
@@ -487,6 +508,7 @@ fn run(args: Args) -> Result<bool, String> {
         results: Vec::new(),
         ratios: Vec::new(),
         break_even: Vec::new(),
+        asynchronous: Vec::new(),
         notes: Vec::new(),
     };
     let tables = !args.json && !args.child;
@@ -648,9 +670,8 @@ fn run(args: Args) -> Result<bool, String> {
         }
     }
 
-    report.notes = report::notes();
-    finish(&args, &report)?;
-    if let Some(depth) = args.async_depth.filter(|&d| d > 0) {
+    // The asynchronous runs come before the report is printed, so that --json holds them.
+    if let Some(depth) = args.async_depth {
         for bench in jobs.iter().map(|j| j.bench) {
             let signs = matches!(
                 bench,
@@ -663,8 +684,19 @@ fn run(args: Args) -> Result<bool, String> {
             let r =
                 asynchronous::sign_rates(&ours.path, ours.slot.id(), bench, shape, runs, seconds);
             match r {
-                Ok(r) if tables => asynchronous::print(&bench.name(), shape, &r),
-                Ok(_) => {}
+                Ok(r) => {
+                    if tables {
+                        asynchronous::print(&bench.name(), shape, &r);
+                    }
+                    report.asynchronous.push(report::AsyncRow {
+                        mechanism: bench.name(),
+                        depth,
+                        threads: shape.1,
+                        ops_per_sec: median(&r.rates),
+                        cpu_percent: median(&r.cpu),
+                        runs: r.rates,
+                    });
+                }
                 Err(e) => {
                     eprintln!("cfspeed: {}: asynchronous sessions: {e}", bench.name());
                     all_ok = false;
@@ -672,6 +704,8 @@ fn run(args: Args) -> Result<bool, String> {
             }
         }
     }
+    report.notes = report::notes();
+    finish(&args, &report)?;
     Ok(all_ok)
 }
 

@@ -204,6 +204,7 @@ mod tests {
                 value: ours / native,
             }],
             break_even: vec![],
+            asynchronous: vec![],
             notes: vec!["a".into()],
         }
     }

@@ -150,6 +150,24 @@ pub struct Ratio {
     pub value: f64,
 }
 
+/// One `--async-depth` measurement: signatures of `mechanism` kept `depth` in flight on
+/// asynchronous sessions by each of `threads` polling threads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AsyncRow {
+    /// Benchmark name.
+    pub mechanism: String,
+    /// Signatures in flight per thread.
+    pub depth: usize,
+    /// Polling threads (rates summed).
+    pub threads: usize,
+    /// Median signatures per second.
+    pub ops_per_sec: f64,
+    /// Median CPU of the process, in % of one CPU.
+    pub cpu_percent: f64,
+    /// Signatures per second of each run.
+    pub runs: Vec<f64>,
+}
+
 /// Everything one invocation measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -174,6 +192,9 @@ pub struct Report {
     /// `--break-even`: the sweeps and their thresholds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub break_even: Vec<crate::breakeven::BreakEven>,
+    /// `--async-depth`: the signatures on asynchronous sessions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asynchronous: Vec<AsyncRow>,
     /// Setup timings and remarks.
     pub notes: Vec<String>,
 }
@@ -338,6 +359,7 @@ pub(crate) mod tests {
                 name: "ours/native".into(),
                 value: 0.5,
             }],
+            asynchronous: Vec::new(),
             break_even: Vec::new(),
             notes: vec![],
         };

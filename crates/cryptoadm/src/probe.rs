@@ -230,7 +230,7 @@ fn probe_elsewhere(path: &Path, walk_slots: bool) -> Result<ProviderReport, Stri
                 return Err(format!(
                     "the module did not answer within {} s (loading, C_Initialize or a query \
                      hung; every application would hang there too): stopped",
-                    limit.as_secs()
+                    limit.as_secs_f64()
                 ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
@@ -253,13 +253,19 @@ fn probe_elsewhere(path: &Path, walk_slots: bool) -> Result<ProviderReport, Stri
         })
 }
 
-/// `$CRYPTOADM_PROBE_TIMEOUT` seconds, else [`PROBE_TIMEOUT`].
+/// The longest `$CRYPTOADM_PROBE_TIMEOUT` taken (a day); a longer one is cut to it.
+const MAX_PROBE_TIMEOUT: f64 = 86_400.0;
+
+/// `$CRYPTOADM_PROBE_TIMEOUT` seconds (cut to a day; a value past what a timer holds, such as
+/// `1e300`, was a panic), else [`PROBE_TIMEOUT`].
 fn timeout() -> Duration {
     std::env::var("CRYPTOADM_PROBE_TIMEOUT")
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(PROBE_TIMEOUT, Duration::from_secs_f64)
+        .map_or(PROBE_TIMEOUT, |s| {
+            Duration::from_secs_f64(s.min(MAX_PROBE_TIMEOUT))
+        })
 }
 
 fn signal_name(sig: i32) -> String {

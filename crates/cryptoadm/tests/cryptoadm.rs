@@ -537,6 +537,40 @@ fn a_module_that_crashes_or_hangs_is_reported() {
             && out.contains("provider \"hang\": the module did not answer within 1 s"),
         "{out}"
     );
+    // A limit past what a timer holds (1e300 s) is cut to a day, not a panic: the crashing
+    // module alone is still reported at once. A fraction of a second is shown as it is.
+    std::fs::write(
+        &e.cfg,
+        format!(
+            "[metaslot]\nenabled = false\n[[provider]]\nname='crash'\nmodule='{}'\n",
+            crash.display()
+        ),
+    )
+    .unwrap();
+    let o = e
+        .cmd(&["refresh"])
+        .env("CRYPTOADM_PROBE_TIMEOUT", "1e300")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("provider \"crash\": the module crashed") && !out.contains("panicked"),
+        "{out}"
+    );
+    let (code, err) = {
+        let o = e
+            .cmd(&["install", &format!("provider={}", hang.display())])
+            .env("CRYPTOADM_PROBE_TIMEOUT", "0.5")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("did not answer within 0.5 s"), "{err}");
 }
 
 #[test]

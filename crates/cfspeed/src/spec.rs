@@ -322,6 +322,9 @@ pub enum Bench {
     Find,
 }
 
+/// The RSA key sizes a benchmark takes, in bits.
+const RSA_BITS: std::ops::RangeInclusive<u32> = 1024..=16384;
+
 /// The names `parse` knows, for error messages and `--help`.
 pub const KNOWN: &str = "CKM_AES_GCM, CKM_AES_CBC_PAD, CKM_AES_CBC, CKM_AES_CTR, CKM_AES_ECB, \
      CKM_CHACHA20_POLY1305, CKM_SHA256, CKM_SHA384, CKM_SHA512, CKM_SHA3_256, CKM_SHA256_HMAC, \
@@ -343,9 +346,6 @@ impl Bench {
         for p in parts {
             let p = p.trim().to_ascii_lowercase();
             if let Ok(b) = p.parse::<u32>() {
-                if !(1024..=16384).contains(&b) {
-                    return Err(format!("{s:?}: RSA size {b} is out of range 1024..16384"));
-                }
                 bits = Some(b);
             } else if let Some(c) = Curve::parse(&p) {
                 curve = Some(c);
@@ -381,6 +381,18 @@ impl Bench {
         }
         if bits.is_some() && !head.contains("RSA") {
             return Err(bad("a key size is only chosen for RSA"));
+        }
+        // The range is checked for RSA names only (a number after another name is a
+        // parameter that mechanism does not take), and for --rsa-bits as well as a size in
+        // the name.
+        if head.contains("RSA") {
+            if let Some(b) = bits.iter().chain(rsa_bits).find(|b| !RSA_BITS.contains(*b)) {
+                return Err(bad(&format!(
+                    "RSA size {b} is out of range {}..{}",
+                    RSA_BITS.start(),
+                    RSA_BITS.end()
+                )));
+            }
         }
         let rsa = |mech: RsaMech, o: PkOp| -> Vec<Bench> {
             match bits {
@@ -681,6 +693,19 @@ mod tests {
         );
         assert!(Bench::parse("CKM_RSA_PKCS_OAEP:sign", &[2048]).is_err());
         assert!(Bench::parse("CKM_AES_GCM:2048", &[2048]).is_err());
+        // A number after a name that takes none is not called an RSA size.
+        assert_eq!(
+            Bench::parse("CKM_AES_GCM:16", &[2048]).unwrap_err(),
+            "\"CKM_AES_GCM:16\": a key size is only chosen for RSA"
+        );
+        // The RSA range holds for --rsa-bits as for a size in the name.
+        for (name, bits) in [
+            ("CKM_SHA256_RSA_PKCS:512", 2048),
+            ("CKM_SHA256_RSA_PKCS", 0),
+        ] {
+            let e = Bench::parse(name, &[bits]).unwrap_err();
+            assert!(e.ends_with("is out of range 1024..16384"), "{e}");
+        }
         assert!(Bench::parse("CKM_ECDSA:P-999", &[2048]).is_err());
         assert!(Bench::parse("CKM_MD5", &[2048]).is_err());
         assert!(Bench::Cipher(Cipher::AesEcb).size_ok(32));

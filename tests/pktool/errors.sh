@@ -26,7 +26,13 @@ check "bad id of a new key with a wrong PIN: usage error" 2 "'0xg1' is not hex: 
 check "bad --type with a wrong PIN: usage error" 2 "unknown object type 'bogus'" PKT --pin wrong-pin-0 export --label dup --type bogus -o x.pem
 check "delete that names nothing, with a wrong PIN: usage error" 2 "name what to delete" PKT --pin wrong-pin-0 delete -y
 jcheck "no failed login was counted" "'USER_PIN_COUNT_LOW' not in d['slots'][0]['token']['flags']" PKT --json tokens
+check "bad --format of export, with a wrong PIN: usage error" 2 "--format xyz" PKT --pin wrong-pin-0 export --label dup -o x.out --format xyz
+check "signcsr's missing request, with a wrong PIN: file error" 4 "no-such.csr" PKT --pin wrong-pin-0 signcsr --label dup --csr "$WORK/no-such.csr" -o x.crt
+check "gencert's --serial that is not hex, with a wrong PIN: usage error" 2 "--serial 'zz' is not hex" PKT --pin wrong-pin-0 gencert --label dup --subject CN=x --serial zz --no-store -o x.crt
+check "gencert's --days past what a certificate can say: usage error" 2 "--days 4294967295" PKT --pin wrong-pin-0 gencert --label dup --subject CN=x --days 4294967295 --no-store -o x.crt
+jcheck "still no failed login counted" "'USER_PIN_COUNT_LOW' not in d['slots'][0]['token']['flags']" PKT --json tokens
 check "non-ASCII in an id: usage error, no crash" 2 "is not hex: a character other than" PKTP list --id 'aé1'
+check "an empty id (an unset variable): usage error, nothing deleted" 2 "is an empty id" PKTP delete --id '' -y
 check "a sign in an id: usage error" 2 "'\\+f' is not hex: '\\+'" PKTP list --id '+f'
 check "unreadable PIN file: exit 4" 4 'cannot read the file .*no-such-pin holding the PIN' PKT --pin-file "$WORK/no-such-pin" list
 : >"$WORK/empty-pin"

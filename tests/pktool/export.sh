@@ -48,4 +48,11 @@ ok "export over an existing 644 file" PKTP export --label open --type private -o
 check "is narrowed to 600" 0 '^600$' stat -c %a wide.pem
 ok "a certificate export" PKTP export --label open --type cert -o mode.crt
 check "follows the umask (644)" 0 '^644$' stat -c %a mode.crt
+# An output path that is a symbolic link (planted in a directory others can write to) is
+# refused, never followed: the file it names keeps its content and mode.
+echo victim >victim; chmod 644 victim; ln -s victim link.pem
+check "export to a symbolic link: refused, exit 4" 4 "link.pem: it is a symbolic link" \
+    PKTP export --label open --type private -o link.pem
+check "the file the link names is untouched" 0 '^victim 644$' bash -c 'echo "$(cat victim) $(stat -c %a victim)"'
+check "no temporary file is left" 0 '^$' bash -c 'ls -A | grep pktool- || true'
 finish

@@ -30,4 +30,12 @@ ok "--no-store stores nothing, so it is not checked" PKTP gencert --label ec --s
 ok "--cert-label gives it a label of its own" PKTP gencert --label ec --subject CN=again --cert-label ec-2
 ok "--allow-duplicate-label stores it" PKTP gencert --label ec --subject CN=again --allow-duplicate-label
 jcheck "two certificates labelled ec" "len(d['objects']) == 2" PKTP --json list --label ec --type cert
+# A gencert that fails changes nothing in the token: the format is checked before the login,
+# and the output file is written before the certificate is stored.
+PKTP genkeypair --keytype ec --label fresh >/dev/null
+check "--format xyz: usage error" 2 '--format xyz: use pem or der' PKTP gencert --label fresh --subject CN=f --format xyz -o f.pem
+check "an output in a missing directory: file error" 4 'cannot write' PKTP gencert --label fresh --subject CN=f -o "$WORK/no-dir/f.pem"
+check "an output that is a directory: file error" 4 'cannot write' PKTP gencert --label fresh --subject CN=f -o "$WORK"
+jcheck "no certificate was stored by the failed commands" "len(d['objects']) == 0" PKTP --json list --label fresh --type cert
+ok "the retry stores it" PKTP gencert --label fresh --subject CN=f -o f.pem
 finish

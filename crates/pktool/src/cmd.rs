@@ -193,9 +193,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         } => {
             file_for_json(&env, output)?;
             crate::x509::check_names(subject, san.as_deref())?;
-            if !matches!(format.as_str(), "der" | "pem") {
-                return Err(Error::Usage(format!("--format {format}: use pem or der")));
-            }
+            check_format(format)?;
             let (_, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let req = crate::x509::gencsr(
@@ -232,16 +230,26 @@ pub fn run(cli: &Cli) -> Result<()> {
                 file_for_json(&env, out)?;
             }
             crate::x509::check_names(subject, san.as_deref())?;
+            check_format(format)?;
+            crate::x509::check_validity(*days, serial.as_deref())?;
             let (t, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;
             let a = objects::read(&s, key, &[AttributeType::Label, AttributeType::Id])?;
             let id = objects::bytes_attr(&a, AttributeType::Id).unwrap_or_default();
-            let label = cert_label.clone().or_else(|| {
-                objects::bytes_attr(&a, AttributeType::Label)
-                    .map(|l| String::from_utf8_lossy(&l).to_string())
-            });
-            if !no_store {
-                check_labels(&s, labels, [(ObjectClass::CERTIFICATE, label.as_deref())])?;
+            // The key's label as it is stored (bytes, which need not be UTF-8).
+            let label: Option<Vec<u8>> = cert_label
+                .as_ref()
+                .map(|l| l.as_bytes().to_vec())
+                .or_else(|| objects::bytes_attr(&a, AttributeType::Label));
+            if !no_store && !labels.allow_duplicate_label {
+                if let Some(l) = &label {
+                    objects::refuse_taken_labels(
+                        &s,
+                        &[(ObjectClass::CERTIFICATE, l.clone())],
+                        "choose another --cert-label, delete the old certificate first, or add \
+                         --allow-duplicate-label",
+                    )?;
+                }
             }
             let cert = crate::x509::gencert(
                 &s,
@@ -254,13 +262,14 @@ pub fn run(cli: &Cli) -> Result<()> {
                     ca: *ca,
                 },
             )?;
+            // The file first: a command that fails leaves the token as it was.
+            if let Some(out) = output {
+                write_file(out, &cert_bytes(&cert, format)?)?;
+            }
             let mut stored = Value::Null;
             if !no_store {
                 let h = crate::x509::store_cert(&s, &cert, label.as_deref(), &id)?;
                 stored = objects::describe(&s, h, &t.label, false)?;
-            }
-            if let Some(out) = output {
-                write_file(out, &cert_bytes(&cert, format)?)?;
             }
             let subject = crate::x509::name_string(cert.subject_name());
             env.out(
@@ -286,14 +295,18 @@ pub fn run(cli: &Cli) -> Result<()> {
             format,
         } => {
             file_for_json(&env, output)?;
-            let (_, s) = env.login(Some(obj))?;
-            let key = private_key(&s, obj)?;
+            check_format(format)?;
+            crate::x509::check_validity(*days, serial.as_deref())?;
+            // The files are read before the login: a wrong path costs no try of the PIN.
             let data = read_file(csr)?;
             let req = X509Req::from_pem(&data)
                 .or_else(|_| X509Req::from_der(&data))
                 .map_err(|_| Error::File(format!("{} is not a PKCS#10 request", csr.display())))?;
-            let ca_x509 = match ca_cert {
-                Some(f) => load_cert(f)?,
+            let given_ca = ca_cert.as_deref().map(load_cert).transpose()?;
+            let (_, s) = env.login(Some(obj))?;
+            let key = private_key(&s, obj)?;
+            let ca_x509 = match given_ca {
+                Some(c) => c,
                 None => cert_of_key(&s, key)?,
             };
             let cert = crate::x509::signcsr(
@@ -356,6 +369,14 @@ fn note(env: &Env, output: &Path, v: Value, what: &str) {
     if output.as_os_str() != "-" {
         env.out(&v, || format!("{what} written to {}", output.display()));
     }
+}
+
+/// `--format` of a certificate or request: pem or der (a usage error before the login).
+fn check_format(format: &str) -> Result<()> {
+    if !matches!(format, "der" | "pem") {
+        return Err(Error::Usage(format!("--format {format}: use pem or der")));
+    }
+    Ok(())
 }
 
 fn cert_bytes(cert: &X509, format: &str) -> Result<Vec<u8>> {
@@ -510,6 +531,27 @@ fn inittoken(env: &Env, label: &str, user_pin_file: Option<&Path>) -> Result<()>
     let slot_id = env.cli.slot.ok_or_else(|| {
         Error::Usage("inittoken needs --slot ID (pktool tokens lists them)".into())
     })?;
+    // A token label is 32 bytes; a longer one would be cut (inside a character, even), and
+    // the token then named by a label nobody gave.
+    if label.len() > 32 {
+        return Err(Error::Usage(format!(
+            "the token label '{}' is {} bytes; a token label holds at most 32",
+            crate::util::shorten(label),
+            label.len()
+        )));
+    }
+    // Everything that can fail on this side comes before C_InitToken, which destroys every
+    // object of the token: the user PIN file is read first.
+    let upin = user_pin_file
+        .map(|f| {
+            SecretSource {
+                file: Some(f.to_path_buf()),
+                options: "--user-pin-file",
+                ..Default::default()
+            }
+            .get("user PIN")
+        })
+        .transpose()?;
     let p11 = token::load(&env.module()?)?;
     let slot = token::find_slot(
         &p11,
@@ -522,13 +564,7 @@ fn inittoken(env: &Env, label: &str, user_pin_file: Option<&Path>) -> Result<()>
     p11.init_token(slot, &AuthPin::from(so.to_string()), label)
         .ctx(|| format!("initializing the token in slot {slot_id}"))?;
     let mut user = false;
-    if let Some(f) = user_pin_file {
-        let upin = SecretSource {
-            file: Some(f.to_path_buf()),
-            options: "--user-pin-file",
-            ..Default::default()
-        }
-        .get("user PIN")?;
+    if let Some(upin) = upin {
         let s = p11
             .open_rw_session(slot)
             .ctx(|| format!("opening a session on slot {slot_id}"))?;
@@ -781,6 +817,13 @@ fn export(
     pass: &SecretSource,
 ) -> Result<()> {
     file_for_json(env, output)?;
+    // A format no class takes is a usage error before the login; which formats the object's
+    // class takes is known once it is found.
+    if !matches!(format, "pem" | "der" | "pkcs8" | "pkcs12" | "p12") {
+        return Err(Error::Usage(format!(
+            "--format {format}: use pem or der (pkcs8 or pkcs12 for a private key)"
+        )));
+    }
     let (_, s) = env.login(Some(obj))?;
     let sel = selector(obj)?;
     let h = objects::find_one(&s, &sel)?;

@@ -329,7 +329,7 @@ pub fn plan_marked(
             out.push((keys::public_template(&g.public, &ko)?, false));
         }
         for c in &g.certs {
-            let t = crate::x509::cert_template(c, label.as_deref(), &id)?;
+            let t = crate::x509::cert_template(c, label.as_deref().map(str::as_bytes), &id)?;
             out.push((t, !own(g)));
         }
     }

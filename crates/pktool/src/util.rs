@@ -37,6 +37,12 @@ pub fn unhex(given: &str) -> Result<Vec<u8>> {
     if !digits.len().is_multiple_of(2) {
         return Err(Error::Usage(format!("'{shown}' is not hex: odd length")));
     }
+    // An empty id would select every object without one (`delete --id "$UNSET"`).
+    if digits.is_empty() {
+        return Err(Error::Usage(format!(
+            "'{shown}' is an empty id; give at least one byte, or leave --id out"
+        )));
+    }
     Ok(digits
         .chunks(2)
         .map(|p| (nibble(p[0]) << 4) | nibble(p[1]))
@@ -142,31 +148,61 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
 /// Writes a file (or stdout for "-"), naming it in the error.
 /// As [`write_file`], the file made readable and writable by its owner only (mode 0600), also
 /// when it already existed with a wider mode.
+/// Writes a private key's file: readable by its owner only (0600), as [`write_file`] writes.
 pub fn write_private_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    if path.as_os_str() == "-" {
-        return write_file(path, data);
-    }
-    let err = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(err)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(err)?;
-    f.write_all(data).map_err(err)
+    write_output(path, data, 0o600)
 }
 
+/// Writes an output file (`-`: standard output). The file is written whole under a new name
+/// beside `path` (made with `O_EXCL`, so a link planted at that name is not followed) and
+/// renamed over `path`: a reader never sees half a file, and an output path that is a
+/// symbolic link is refused, never followed (a link in a directory others can write to
+/// would otherwise have a private key written into the file it names).
 pub fn write_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
+    write_output(path, data, 0o644)
+}
+
+fn write_output(path: &std::path::Path, data: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::sync::atomic::{AtomicU64, Ordering};
     if path.as_os_str() == "-" {
-        use std::io::Write;
         return std::io::stdout()
             .write_all(data)
             .map_err(|e| Error::io("cannot write to stdout", e));
     }
-    std::fs::write(path, data).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+    let err = |e| Error::io(format!("cannot write {}", path.display()), e);
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::File(format!(
+            "cannot write {}: it is a symbolic link; name the file itself",
+            path.display()
+        )));
+    }
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(
+        ".{name}.pktool-{}-{}.tmp",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        if mode == 0o600 {
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })
 }

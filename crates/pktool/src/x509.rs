@@ -228,6 +228,19 @@ fn random_serial() -> Result<openssl::asn1::Asn1Integer> {
     Ok(bn.to_asn1_integer()?)
 }
 
+/// `--days` and `--serial` of a certificate, checked before the login: a serial that is not
+/// hex, or a validity that ends past what a certificate's time can say, is a usage error.
+pub fn check_validity(days: u32, serial: Option<&str>) -> Result<()> {
+    if serial.is_some() {
+        serial_from(serial)?;
+    }
+    Asn1Time::days_from_now(days).map(|_| ()).map_err(|_| {
+        Error::Usage(format!(
+            "--days {days}: the certificate would end too far ahead"
+        ))
+    })
+}
+
 fn serial_from(hex: Option<&str>) -> Result<openssl::asn1::Asn1Integer> {
     match hex {
         Some(h) => Ok(BigNum::from_hex_str(h)
@@ -440,7 +453,7 @@ fn request_sans(req: &X509Req) -> Result<Option<X509Extension>> {
 pub fn store_cert(
     s: &Session,
     cert: &X509,
-    label: Option<&str>,
+    label: Option<&[u8]>,
     id: &[u8],
 ) -> Result<ObjectHandle> {
     s.create_object(&cert_template(cert, label, id)?)
@@ -448,7 +461,7 @@ pub fn store_cert(
 }
 
 /// The template of a certificate object.
-pub fn cert_template(cert: &X509, label: Option<&str>, id: &[u8]) -> Result<Vec<Attribute>> {
+pub fn cert_template(cert: &X509, label: Option<&[u8]>, id: &[u8]) -> Result<Vec<Attribute>> {
     let serial = cert.serial_number().to_bn()?.to_vec();
     let mut serial_content = serial.clone();
     if serial.first().is_some_and(|b| b & 0x80 != 0) || serial.is_empty() {
@@ -466,7 +479,7 @@ pub fn cert_template(cert: &X509, label: Option<&str>, id: &[u8]) -> Result<Vec<
         Attribute::Value(cert.to_der()?),
     ];
     if let Some(l) = label {
-        t.push(Attribute::Label(l.as_bytes().to_vec()));
+        t.push(Attribute::Label(l.to_vec()));
     }
     Ok(t)
 }

@@ -43,6 +43,19 @@ fn slots_in_child(conf: &Path, keystore: &Path) -> BTreeMap<u64, String> {
     slots_in_child_with(cmd, keystore)
 }
 
+/// A fresh directory named after `tag` and a configuration there with the software token
+/// alone.
+fn softtoken_alone(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = fresh_dir(tag);
+    let conf = dir.join("opencf.toml");
+    std::fs::write(
+        &conf,
+        provider("softtoken", &release("libopencf_softtoken.so")),
+    )
+    .unwrap();
+    (dir, conf)
+}
+
 /// Runs [`slots_child`] over `conf` and `keystore` where its `C_Initialize` must fail; its
 /// standard error.
 fn failed_child(conf: &Path, keystore: &Path) -> String {
@@ -182,13 +195,7 @@ fn broken_accelerator_of_the_default_is_skipped() {
 /// whose keystore directory is a regular file).
 #[test]
 fn a_failed_provider_is_named_with_its_answer() {
-    let dir = fresh_dir("slots-failed-provider");
-    let conf = dir.join("opencf.toml");
-    std::fs::write(
-        &conf,
-        provider("softtoken", &release("libopencf_softtoken.so")),
-    )
-    .unwrap();
+    let (dir, conf) = softtoken_alone("slots-failed-provider");
     let not_a_dir = dir.join("keystore-file");
     std::fs::write(&not_a_dir, b"x").unwrap();
     let err = failed_child(&conf, &not_a_dir);
@@ -198,4 +205,31 @@ fn a_failed_provider_is_named_with_its_answer() {
             && err.contains("Not a directory"),
         "{err}"
     );
+}
+
+/// A keystore file that is a symbolic link (planted in a keystore directory others can write
+/// to) fails the software token, and the file it names is not touched: its mode stays, and
+/// it is not made into a keystore.
+#[test]
+fn a_keystore_file_that_is_a_link_is_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, conf) = softtoken_alone("slots-keystore-link");
+    let keystore = dir.join("keystore");
+    std::fs::create_dir(&keystore).unwrap();
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, b"").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&victim, keystore.join("token0.sqlite")).unwrap();
+    let err = failed_child(&conf, &keystore);
+    assert!(
+        err.contains("C_Initialize failed: CKR_DEVICE_ERROR") && err.contains("is a symbolic link"),
+        "{err}"
+    );
+    let meta = std::fs::metadata(&victim).unwrap();
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o644,
+        "the file keeps its mode"
+    );
+    assert_eq!(meta.len(), 0, "the empty file was not made into a keystore");
 }

@@ -142,28 +142,59 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Creates the database file 0600 if missing and forces mode 0600 on it. Done
-/// before SQLite opens it: SQLite gives the -wal and -shm files the mode of the
-/// database file.
+/// Creates the database file 0600 if missing, and gives a new (empty) one mode 0600 before
+/// SQLite opens it: SQLite gives the -wal and -shm files the mode of the database file.
+///
+/// The path's last component must be the file itself: a symbolic link there is refused, not
+/// followed (`O_NOFOLLOW`), so that a link planted in the keystore directory neither has a
+/// file elsewhere chmod'ed nor a keystore made elsewhere; a FIFO, device or directory is
+/// refused too. An existing file's mode is left as it is until it has proved to be a token
+/// database ([`fix_permissions`]): another program's file is not changed.
 pub(super) fn precreate_db_file(path: &Path) -> Result<(), StoreError> {
-    OpenOptions::new()
+    let f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .map_err(|e| io_err("opening", path, e))?;
-    std::fs::set_permissions(path, Permissions::from_mode(0o600))
-        .map_err(|e| io_err("setting permissions of", path, e))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => StoreError::Corrupt(format!(
+                "{} is a symbolic link; the keystore file must be a regular file itself",
+                path.display()
+            )),
+            _ => io_err("opening", path, e),
+        })?;
+    let meta = f.metadata().map_err(|e| io_err("opening", path, e))?;
+    if !meta.is_file() {
+        return Err(StoreError::Corrupt(format!(
+            "{} is not a regular file (a FIFO, device or directory is not a keystore)",
+            path.display()
+        )));
+    }
+    if meta.len() == 0 {
+        f.set_permissions(Permissions::from_mode(0o600))
+            .map_err(|e| io_err("setting permissions of", path, e))?;
+    }
+    Ok(())
 }
 
-/// Forces mode 0600 on the database, -wal and -shm files (those that exist).
+/// Forces mode 0600 on the database, -wal and -shm files (those that exist), once the
+/// database has proved to be a token database. Each is changed through a descriptor opened
+/// without following a link.
 pub(super) fn fix_permissions(path: &Path) -> Result<(), StoreError> {
     for suffix in ["", "-wal", "-shm"] {
         let p = with_suffix(path, suffix);
-        match std::fs::set_permissions(&p, Permissions::from_mode(0o600)) {
-            Ok(()) => {}
+        let opened = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&p);
+        match opened {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f
+                .set_permissions(Permissions::from_mode(0o600))
+                .map_err(|e| io_err("setting permissions of", &p, e))?,
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("setting permissions of", &p, e)),
         }
@@ -181,6 +212,28 @@ pub(super) fn connect(path: &Path) -> Result<Connection, StoreError> {
     let what = format!("opening token database {}", path.display());
     let conn = Connection::open_with_flags(path, flags).ctx(&what)?;
     conn.busy_timeout(BUSY_TIMEOUT).ctx(&what)?;
+    // Another program's database is refused before anything is written to it: switching it
+    // to WAL would change its file.
+    let foreign: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite_%') \
+             AND NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' \
+             AND name = 'schema_info')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| match sql_err(&what, e) {
+            StoreError::Corrupt(m) => {
+                StoreError::Corrupt(format!("{m} (not a valid SQLite token database)"))
+            }
+            other => other,
+        })?;
+    if foreign {
+        return Err(StoreError::Corrupt(
+            "file is an SQLite database but not an OpenCF token database".into(),
+        ));
+    }
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
         .map_err(|e| match sql_err(&what, e) {

@@ -673,6 +673,72 @@ fn pin_record_of_an_older_build_gets_its_check() {
     s.login(CKU_SO, b"new-so-pin").unwrap();
 }
 
+/// The keystore path is never followed through a link nor used to change a file that is not
+/// a token database: a link to a file elsewhere (the file keeps its mode and content), a
+/// dangling link (nothing is made where it points), a FIFO (refused at once), and another
+/// program's SQLite database (not switched to WAL, not chmod'ed: its bytes stay the same).
+#[test]
+fn the_keystore_file_is_never_followed_or_changed() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let dir = TempDir::new();
+    let outside = dir.0.join("outside.txt");
+    std::fs::write(&outside, b"important text").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    let link = dir.0.join("link.sqlite");
+    symlink(&outside, &link).unwrap();
+    match TokenStore::open(&link) {
+        Err(StoreError::Corrupt(m)) => assert!(m.contains("is a symbolic link"), "{m}"),
+        other => panic!("a link: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(
+        mode(&outside),
+        0o644,
+        "the file the link names keeps its mode"
+    );
+    assert_eq!(std::fs::read(&outside).unwrap(), b"important text");
+
+    let dangling = dir.0.join("dangling.sqlite");
+    let target = dir.0.join("made-elsewhere.sqlite");
+    symlink(&target, &dangling).unwrap();
+    assert!(TokenStore::open(&dangling).is_err());
+    assert!(
+        !target.exists(),
+        "no keystore is made where a dangling link points"
+    );
+
+    let fifo = dir.0.join("fifo.sqlite");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    match TokenStore::open(&fifo) {
+        Err(StoreError::Corrupt(m)) => assert!(m.contains("not a regular file"), "{m}"),
+        other => panic!("a FIFO: {:?}", other.map(|_| ())),
+    }
+
+    let foreign = dir.0.join("other-program.sqlite");
+    {
+        let c = Connection::open(&foreign).unwrap();
+        c.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .unwrap();
+    }
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = std::fs::read(&foreign).unwrap();
+    match TokenStore::open(&foreign) {
+        Err(StoreError::Corrupt(m)) => assert!(m.contains("not an OpenCF token database"), "{m}"),
+        other => panic!("another program's database: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        before,
+        "its bytes are unchanged"
+    );
+    assert_eq!(mode(&foreign), 0o644, "its mode is unchanged");
+}
+
 #[test]
 fn files_and_dirs_are_private() {
     let dir = TempDir::new();

@@ -481,13 +481,22 @@ fn existing_dir(dir: &Path) -> io::Result<bool> {
     }
 }
 
-/// Folds the segments of exited processes in `dir` into the retained totals. A missing
+/// Folds the segments of exited processes in `dir` into the retained totals, unless another
+/// process holds the directory's lock (then it does nothing and waits for no one). A missing
 /// directory is not an error.
 pub fn collect(dir: &Path) -> io::Result<()> {
     if !existing_dir(dir)? {
         return Ok(());
     }
-    let _lock = lock_dir(dir)?;
+    // Tidying is done at a segment's creation, inside every application's `C_Initialize`: it
+    // waits for no one. While another process holds the directory (a `cryptoadm stat` that
+    // was stopped with Ctrl-Z, or one of root's), it is left to that process or the next.
+    let f = new_private_file(dir, &dir.join(LOCK_FILE), false)?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(()),
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
     sweep(dir, Dead::Fold).map(|_| ())
 }
 

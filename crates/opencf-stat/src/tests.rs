@@ -272,6 +272,28 @@ fn new_directory_is_private() {
     assert_eq!(mode & 0o777, 0o600);
 }
 
+/// A process's segment is made while another holds the directory's lock (a `cryptoadm stat`
+/// stopped with Ctrl-Z): the tidying at its creation waits for no one, where it used to wait
+/// as long as the lock was held, inside every application's `C_Initialize`.
+#[test]
+fn a_held_directory_lock_does_not_hold_up_a_new_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let lock = std::fs::File::create(dir.join("lock")).unwrap();
+    lock.lock().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dir.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(Registry::create_in(&d).map(|r| r.segment_path().is_some()));
+    });
+    let made = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the segment waits on the held lock");
+    assert!(made.unwrap(), "the segment is made");
+}
+
 #[test]
 fn shard_writers_and_shared_writers_sum_exactly() {
     let tmp = tempfile::tempdir().unwrap();

@@ -11,9 +11,19 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 
 /// The keystore directory: `$OPENCF_SOFTTOKEN_DIR`, else `$XDG_DATA_HOME/opencf/softtoken`,
-/// else `$HOME/.local/share/opencf/softtoken`.
+/// else `$HOME/.local/share/opencf/softtoken`. `OPENCF_SOFTTOKEN_DIR` set but empty is refused
+/// (`CKR_GENERAL_ERROR`, with a message): a script whose variable was never set
+/// (`OPENCF_SOFTTOKEN_DIR="$DIR"`) would otherwise work on the user's own keystore without a
+/// word, as the metaslot's variables refuse an empty value too.
 pub fn keystore_dir() -> CkResult<PathBuf> {
-    if let Some(d) = std::env::var_os("OPENCF_SOFTTOKEN_DIR").filter(|d| !d.is_empty()) {
+    if let Some(d) = std::env::var_os("OPENCF_SOFTTOKEN_DIR") {
+        if d.is_empty() {
+            eprintln!(
+                "opencf-softtoken: OPENCF_SOFTTOKEN_DIR is set but empty; unset it to use the \
+                 default keystore directory, or name one"
+            );
+            return Err(CKR_GENERAL_ERROR);
+        }
         return Ok(PathBuf::from(d));
     }
     let data = match std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {

@@ -207,6 +207,28 @@ fn a_failed_provider_is_named_with_its_answer() {
     );
 }
 
+/// `OPENCF_SOFTTOKEN_DIR` set but empty (a script's variable that was never set) fails the
+/// software token with a message, instead of using the user's own keystore without a word.
+#[test]
+fn an_empty_keystore_variable_is_refused() {
+    let (dir, conf) = softtoken_alone("slots-empty-keystore-var");
+    let data = dir.join("xdg-data");
+    let out = child_test("slots_child", "OPENCF_SLOTS_CHILD")
+        .env("OPENCF_CONF", &conf)
+        .env("OPENCF_SOFTTOKEN_DIR", "")
+        .env("XDG_DATA_HOME", &data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "C_Initialize must fail");
+    assert!(
+        err.contains("OPENCF_SOFTTOKEN_DIR is set but empty")
+            && err.contains("C_Initialize failed: CKR_GENERAL_ERROR"),
+        "{err}"
+    );
+    assert!(!data.exists(), "no keystore made in the default place");
+}
+
 /// A keystore file that is a symbolic link (planted in a keystore directory others can write
 /// to) fails the software token, and the file it names is not touched: its mode stays, and
 /// it is not made into a keystore.

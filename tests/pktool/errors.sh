@@ -30,6 +30,13 @@ check "bad --format of export, with a wrong PIN: usage error" 2 "--format xyz" P
 check "signcsr's missing request, with a wrong PIN: file error" 4 "no-such.csr" PKT --pin wrong-pin-0 signcsr --label dup --csr "$WORK/no-such.csr" -o x.crt
 check "gencert's --serial that is not hex, with a wrong PIN: usage error" 2 "--serial 'zz' is not hex" PKT --pin wrong-pin-0 gencert --label dup --subject CN=x --serial zz --no-store -o x.crt
 check "gencert's --days past what a certificate can say: usage error" 2 "--days 4294967295" PKT --pin wrong-pin-0 gencert --label dup --subject CN=x --days 4294967295 --no-store -o x.crt
+check "genkey's unknown key type, with a wrong PIN: usage error" 2 "unknown secret key type 'bogus'" PKT --pin wrong-pin-0 genkey --keytype bogus
+check "genkey's --size 7, with a wrong PIN: usage error" 2 "--size 7 is not valid" PKT --pin wrong-pin-0 genkey --size 7
+check "genkeypair's unknown curve, with a wrong PIN: usage error" 2 "unknown curve 'p-999'" PKT --pin wrong-pin-0 genkeypair --keytype ec --curve P-999
+check "genkeypair's RSA --size 13, with a wrong PIN: usage error" 2 "RSA --size 13 is outside" PKT --pin wrong-pin-0 genkeypair --keytype rsa --size 13
+check "two PIN sources at once: usage error" 2 "the PIN of token .* is given more than one way; give one of --pin-file, --pin-env or --pin" PKT --pin-file "$WORK/pin" --pin wrong-pin-0 list
+check "an empty --pin: usage error" 2 "the PIN of token .* given on the command line is empty, and an empty one is not tried" PKT --pin '' list
+check "an empty PIN variable: usage error" 2 "the PIN of token .* in environment variable EMPTY_PIN is empty" env EMPTY_PIN= "$PKTOOL" --module "$MODULE_LIB" --pin-env EMPTY_PIN list
 jcheck "still no failed login counted" "'USER_PIN_COUNT_LOW' not in d['slots'][0]['token']['flags']" PKT --json tokens
 check "non-ASCII in an id: usage error, no crash" 2 "is not hex: a character other than" PKTP list --id 'aé1'
 check "an empty id (an unset variable): usage error, nothing deleted" 2 "is an empty id" PKTP delete --id '' -y

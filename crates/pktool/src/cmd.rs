@@ -136,11 +136,11 @@ pub fn run(cli: &Cli) -> Result<()> {
             setpin(&env, *so, &new)
         }
         Cmd::Genkey { keytype, size, new } => {
-            let opts = key_opts(new)?;
+            let plan = keys::secret_key_plan(keytype, *size, &key_opts(new)?)?;
             let (t, s) = env.login(None)?;
             let label = new.label.as_deref();
             check_labels(&s, &new.labels, [(ObjectClass::SECRET_KEY, label)])?;
-            let h = keys::genkey(&s, keytype, *size, &opts)?;
+            let h = keys::genkey(&s, plan)?;
             let v = objects::describe(&s, h, &t.label, false)?;
             env.out(&json!({"created": [v]}), || {
                 format!("created {}", objects::human_line(&v))
@@ -153,12 +153,12 @@ pub fn run(cli: &Cli) -> Result<()> {
             curve,
             new,
         } => {
-            let opts = key_opts(new)?;
+            let plan = keys::key_pair_plan(keytype, *size, curve.as_deref(), &key_opts(new)?)?;
             let (t, s) = env.login(None)?;
             let label = new.label.as_deref();
             let pair = [ObjectClass::PRIVATE_KEY, ObjectClass::PUBLIC_KEY];
             check_labels(&s, &new.labels, pair.map(|c| (c, label)))?;
-            let (pubh, privh) = keys::genkeypair(&s, keytype, *size, curve.as_deref(), &opts)?;
+            let (pubh, privh) = keys::genkeypair(&s, plan)?;
             let v: Vec<Value> = [privh, pubh]
                 .iter()
                 .map(|h| objects::describe(&s, *h, &t.label, false))

@@ -48,8 +48,52 @@ impl KeyOpts {
     }
 }
 
-/// genkey: a secret key. `bits` is the key size for AES and generic secrets.
-pub fn genkey(s: &Session, alg: &str, bits: Option<u64>, o: &KeyOpts) -> Result<ObjectHandle> {
+/// What `genkey` makes, checked before the token is touched ([`secret_key_plan`]).
+pub struct SecretKeyPlan {
+    alg: String,
+    /// The mechanism, or `None` for ChaCha20 (made with `C_CreateObject`, see
+    /// [`genkey`]).
+    mech: Option<Mechanism<'static>>,
+    template: Vec<Attribute>,
+}
+
+/// What `genkeypair` makes, checked before the token is touched ([`key_pair_plan`]).
+pub struct KeyPairPlan {
+    alg: String,
+    mech: Mechanism<'static>,
+    public: Vec<Attribute>,
+    private: Vec<Attribute>,
+    /// Whether the pair's CKA_ID is set from its public value afterwards.
+    default_id: bool,
+}
+
+/// genkey: makes the secret key of `plan` ([`secret_key_plan`]).
+pub fn genkey(s: &Session, plan: SecretKeyPlan) -> Result<ObjectHandle> {
+    let SecretKeyPlan {
+        alg,
+        mech,
+        mut template,
+    } = plan;
+    match mech {
+        Some(mech) => s
+            .generate_key(&mech, &template)
+            .ctx(|| format!("generating a {alg} key")),
+        None => {
+            // cryptoki 0.12 has no CKM_CHACHA20_KEY_GEN: the value comes from the token's
+            // random generator and the key is created with C_CreateObject.
+            let value = s
+                .generate_random_vec(32)
+                .ctx(|| "drawing random bytes for a ChaCha20 key".into())?;
+            template.push(Attribute::Value(value));
+            s.create_object(&template)
+                .ctx(|| "creating the ChaCha20 key".into())
+        }
+    }
+}
+
+/// The secret key `genkey` makes: its type, size (`bits`, for AES and generic secrets) and
+/// template, all checked here (usage errors before any login).
+pub fn secret_key_plan(alg: &str, bits: Option<u64>, o: &KeyOpts) -> Result<SecretKeyPlan> {
     let mut t = o.common(ObjectClass::SECRET_KEY, true);
     t.extend(o.secret_flags());
     let cipher = [
@@ -98,21 +142,17 @@ pub fn genkey(s: &Session, alg: &str, bits: Option<u64>, o: &KeyOpts) -> Result<
             if bits.is_some_and(|b| b != 256) {
                 return Err(Error::Usage("ChaCha20 keys are 256 bits".into()));
             }
-            // cryptoki 0.12 has no CKM_CHACHA20_KEY_GEN: the value comes from the token's
-            // random generator and the key is created with C_CreateObject.
-            let value = s
-                .generate_random_vec(32)
-                .ctx(|| "drawing random bytes for a ChaCha20 key".into())?;
             t.push(Attribute::VendorDefined((
                 AttributeType::VendorDefined(CKA_KEY_TYPE),
                 CKK_CHACHA20.to_ne_bytes().to_vec(),
             )));
             t.extend([Attribute::Encrypt(true), Attribute::Decrypt(true)]);
-            t.push(Attribute::Value(value));
             fill_usage(&mut t, SECRET_USAGE);
-            return s
-                .create_object(&t)
-                .ctx(|| "creating the ChaCha20 key".into());
+            return Ok(SecretKeyPlan {
+                alg: alg.to_string(),
+                mech: None,
+                template: t,
+            });
         }
         other => {
             return Err(Error::Usage(format!(
@@ -121,8 +161,11 @@ pub fn genkey(s: &Session, alg: &str, bits: Option<u64>, o: &KeyOpts) -> Result<
         }
     };
     fill_usage(&mut t, SECRET_USAGE);
-    s.generate_key(&mech, &t)
-        .ctx(|| format!("generating a {alg} key"))
+    Ok(SecretKeyPlan {
+        alg: alg.to_string(),
+        mech: Some(mech),
+        template: t,
+    })
 }
 
 const PUBLIC_USAGE: &[AttributeType] = &[
@@ -186,14 +229,29 @@ pub fn curve_oid(name: &str) -> Result<(Vec<u8>, KeyType)> {
     Ok((der_tlv(6, oid), KeyType::EC))
 }
 
-/// genkeypair; returns (public, private).
-pub fn genkeypair(
-    s: &Session,
+/// genkeypair: makes the key pair of `plan` ([`key_pair_plan`]); returns (public, private).
+pub fn genkeypair(s: &Session, plan: KeyPairPlan) -> Result<(ObjectHandle, ObjectHandle)> {
+    let (pubh, privh) = s
+        .generate_key_pair(&plan.mech, &plan.public, &plan.private)
+        .ctx(|| format!("generating a {} key pair", plan.alg))?;
+    if plan.default_id {
+        let id = public_value_id(s, pubh)?;
+        for h in [pubh, privh] {
+            s.update_attributes(h, &[Attribute::Id(id.clone())])
+                .ctx(|| "setting CKA_ID on the new key pair".into())?;
+        }
+    }
+    Ok((pubh, privh))
+}
+
+/// The key pair `genkeypair` makes: its type, size or curve and templates, all checked here
+/// (usage errors before any login).
+pub fn key_pair_plan(
     alg: &str,
     bits: Option<u64>,
     curve: Option<&str>,
     o: &KeyOpts,
-) -> Result<(ObjectHandle, ObjectHandle)> {
+) -> Result<KeyPairPlan> {
     let mut pubt = o.common(ObjectClass::PUBLIC_KEY, false);
     let mut privt = o.common(ObjectClass::PRIVATE_KEY, true);
     privt.extend(o.secret_flags());
@@ -290,17 +348,13 @@ pub fn genkeypair(
     };
     fill_usage(&mut pubt, PUBLIC_USAGE);
     fill_usage(&mut privt, PRIVATE_USAGE);
-    let (pubh, privh) = s
-        .generate_key_pair(&mech, &pubt, &privt)
-        .ctx(|| format!("generating a {alg} key pair"))?;
-    if o.id.is_none() {
-        let id = public_value_id(s, pubh)?;
-        for h in [pubh, privh] {
-            s.update_attributes(h, &[Attribute::Id(id.clone())])
-                .ctx(|| "setting CKA_ID on the new key pair".into())?;
-        }
-    }
-    Ok((pubh, privh))
+    Ok(KeyPairPlan {
+        alg: alg.to_string(),
+        mech,
+        public: pubt,
+        private: privt,
+        default_id: o.id.is_none(),
+    })
 }
 
 /// The default CKA_ID of a key pair: SHA-1 of the public value (modulus, EC point or

@@ -34,17 +34,42 @@ impl SecretSource {
         }
     }
 
-    /// The secret from the first source given, or None.
+    /// The secret from the source given, or None. Two sources at once are a usage error
+    /// (which one was meant is not known, and the wrong one would cost a try of the PIN), and
+    /// so is an empty PIN from the command line or the environment (an unset shell variable),
+    /// as an empty PIN file is; a file's password may be empty.
     pub fn given(&self, what: &str) -> Result<Option<Zeroizing<String>>> {
+        let sources = [
+            self.value.is_some(),
+            self.env.is_some(),
+            self.file.is_some(),
+        ];
+        if sources.iter().filter(|s| **s).count() > 1 {
+            return Err(Error::Usage(format!(
+                "the {what} is given more than one way; give one of {}",
+                self.options
+            )));
+        }
+        let may_be_empty = self.options == FILE_PASS_OPTIONS;
+        let empty = |how: String| {
+            Err(Error::Usage(format!(
+                "the {what} {how} is empty, and an empty one is not tried"
+            )))
+        };
         if let Some(v) = &self.value {
+            if v.is_empty() && !may_be_empty {
+                return empty("given on the command line".into());
+            }
             return Ok(Some(Zeroizing::new(v.clone())));
         }
         if let Some(var) = &self.env {
-            return std::env::var(var)
-                .map(|v| Some(Zeroizing::new(v)))
-                .map_err(|_| {
-                    Error::Usage(format!("{what}: environment variable {var} is not set"))
-                });
+            let v = std::env::var(var).map_err(|_| {
+                Error::Usage(format!("{what}: environment variable {var} is not set"))
+            })?;
+            if v.is_empty() && !may_be_empty {
+                return empty(format!("in environment variable {var}"));
+            }
+            return Ok(Some(Zeroizing::new(v)));
         }
         if let Some(path) = &self.file {
             let cannot = |e| {
@@ -69,8 +94,13 @@ impl SecretSource {
                 // An empty file's PIN is a mistake (a file truncated, the wrong path); a
                 // token's failed login would count against the PIN. A file's password may
                 // be empty.
+                let how = if text.is_empty() {
+                    "is empty"
+                } else {
+                    "has an empty first line"
+                };
                 return Err(Error::Usage(format!(
-                    "the file {} holding the {what} is empty (its first line is the {what})",
+                    "the file {} holding the {what} {how} (its first line is the {what})",
                     path.display()
                 )));
             }

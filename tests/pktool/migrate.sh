@@ -100,4 +100,16 @@ check "migrate copies it" 3 'copied +secret-key label="raw.*key" id=5151' \
 check "a second migrate finds it present" 3 'present +secret-key label="raw.*key" id=5151' \
     PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
 jcheck "one copy in this token" "len(d['objects']) == 1" PKTP --json list --id 5151
+# A data object has no CKA_ID: a second run finds its copy by class and label instead of
+# refusing the label as taken (exit 10) or, with --allow-duplicate-label, copying it again.
+printf 'some data\n' >dat
+ok "src: a data object" pkcs11-tool --module "$SOFTHSM" --token-label source --login --pin 1234 \
+    --write-object dat --type data --label data1
+check "migrate copies it" 3 'copied +data +label="data1"' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+check "a second migrate finds it present" 3 'present +data +label="data1"' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234
+check "and with --allow-duplicate-label as well" 3 'present +data +label="data1"' \
+    PKTP migrate --from-module "$SOFTHSM" --from-token source --from-pin 1234 --allow-duplicate-label
+jcheck "one data object in this token" "len(d['objects']) == 1" PKTP --json list --objtype data --label data1
 finish

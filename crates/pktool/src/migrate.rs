@@ -233,9 +233,12 @@ fn already_there(
     label: &Option<Vec<u8>>,
     id: &[u8],
 ) -> Result<bool> {
+    // A data object has no CKA_ID (PKCS#11 gives that attribute to keys and certificates
+    // only): it is known by its class and label, or a search for an id would never find the
+    // copy an earlier run made.
     let sel = Selector {
         label: label.clone(),
-        id: Some(id.to_vec()),
+        id: (class != ObjectClass::DATA).then(|| id.to_vec()),
         class: Some(class),
     };
     Ok(!objects::find(ds, &sel)?.is_empty())

@@ -60,6 +60,11 @@ check "bad hex id: usage error" 2 'is not hex' PKTP list --id zz
 check "bad option: clap usage error" 2 'unexpected argument' PKTP list --bogus
 after="$(PKTP --json list)"
 if [ "$before" = "$after" ]; then pass "the failed commands changed nothing in the token"; else fail "the token changed" "$(diff <(echo "$before") <(echo "$after"))"; fi
+# A label in an error message is shown on one line with its control characters escaped: a
+# line end or a terminal code in it cannot break the message or reach the terminal.
+PKTP genkey --label $'two\nlines\x1b[31m' >/dev/null
+check "a taken label with a line end and a terminal code: one line, escaped" 10 \
+    "labelled 'two\\\\nlines\\\\u\\{1b\\}\\[31m'" PKTP genkey --label $'two\nlines\x1b[31m'
 check "input from a pipe (process substitution)" 0 'imported cert +label="piped"' PKTP import -i <(openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null -subj /CN=piped -days 1 2>/dev/null) --label piped
 # Lock the user PIN: the softtoken locks it after 10 failures.
 for _ in $(seq 1 10); do PKT --pin wrong-pin-0 list >/dev/null 2>&1; done

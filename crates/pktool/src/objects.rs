@@ -2,7 +2,7 @@
 
 use crate::error::{Ctx, Error, Result};
 use crate::uri::{object_uri, Pkcs11Uri};
-use crate::util::{hex, unhex};
+use crate::util::{hex, shown_label, unhex};
 use cryptoki::object::{Attribute, AttributeType, KeyType, ObjectClass, ObjectHandle};
 use cryptoki::session::Session;
 use serde_json::{json, Map, Value};
@@ -127,7 +127,7 @@ impl Selector {
             parts.push(format!("type={}", class_name(c)));
         }
         if let Some(l) = &self.label {
-            parts.push(format!("label='{}'", String::from_utf8_lossy(l)));
+            parts.push(format!("label='{}'", shown_label(l)));
         }
         if let Some(id) = &self.id {
             parts.push(format!("id={}", hex(id)));
@@ -161,7 +161,7 @@ pub fn class_and_label(t: &[Attribute]) -> Option<(ObjectClass, String)> {
 pub fn refuse_taken_labels(s: &Session, new: &[(ObjectClass, Vec<u8>)], ways: &str) -> Result<()> {
     for (i, (class, raw)) in new.iter().enumerate() {
         let what = class_noun(*class);
-        let label = String::from_utf8_lossy(raw);
+        let label = shown_label(raw);
         if new[..i].contains(&(*class, raw.clone())) {
             return Err(Error::LabelTaken(format!(
                 "two new {what}s would both be labelled '{label}': {ways}"

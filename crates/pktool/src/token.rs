@@ -86,10 +86,14 @@ pub fn find_slot(p11: &Pkcs11, choice: &TokenChoice) -> Result<Slot> {
             .filter(|s| token_label(p11, *s).map(|l| &l == label).unwrap_or(false))
             .collect();
         return match matching.len() {
-            0 => Err(Error::NotFound(format!("no token labelled '{label}'"))),
+            0 => Err(Error::NotFound(format!(
+                "no token labelled '{}'",
+                crate::util::shown_label(label.as_bytes())
+            ))),
             1 => Ok(matching[0]),
             n => Err(Error::Ambiguous(format!(
-                "{n} tokens are labelled '{label}'; choose one with --slot"
+                "{n} tokens are labelled '{}'; choose one with --slot",
+                crate::util::shown_label(label.as_bytes())
             ))),
         };
     }

@@ -1,6 +1,7 @@
 //! PKCS#11 URIs (RFC 7512), the subset that names tokens and objects.
 
 use crate::error::{Error, Result};
+use crate::util::shown_label;
 
 #[derive(Debug, Default, Clone)]
 pub struct Pkcs11Uri {
@@ -22,7 +23,9 @@ pub fn percent_decode(s: &str) -> Result<Vec<u8>> {
                 .get(i + 1..i + 3)
                 .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::Usage(format!("bad percent escape in '{s}'")))?;
+                .ok_or_else(|| {
+                    Error::Usage(format!("bad percent escape in '{}'", shown_label(b)))
+                })?;
             out.push(h);
             i += 3;
         } else {
@@ -48,22 +51,31 @@ pub fn percent_encode(bytes: &[u8]) -> String {
 }
 
 fn text(v: &str) -> Result<String> {
-    String::from_utf8(percent_decode(v)?)
-        .map_err(|_| Error::Usage(format!("'{v}' is not UTF-8 after percent-decoding")))
+    String::from_utf8(percent_decode(v)?).map_err(|_| {
+        Error::Usage(format!(
+            "'{}' is not UTF-8 after percent-decoding",
+            shown_label(v.as_bytes())
+        ))
+    })
 }
 
 impl Pkcs11Uri {
-    pub fn parse(uri: &str) -> Result<Pkcs11Uri> {
-        let rest = uri
+    pub fn parse(given: &str) -> Result<Pkcs11Uri> {
+        // The URI as messages show it (on one line, cut).
+        let uri = &shown_label(given.as_bytes());
+        let rest = given
             .strip_prefix("pkcs11:")
             .ok_or_else(|| Error::Usage(format!("'{uri}' is not a PKCS#11 URI (pkcs11:…)")))?;
         // The query part (pin-source, module-path, ...) is not used.
         let path = rest.split('?').next().unwrap_or("");
         let mut u = Pkcs11Uri::default();
         for attr in path.split(';').filter(|a| !a.is_empty()) {
-            let (k, v) = attr
-                .split_once('=')
-                .ok_or_else(|| Error::Usage(format!("'{attr}' in '{uri}' has no '='")))?;
+            let (k, v) = attr.split_once('=').ok_or_else(|| {
+                Error::Usage(format!(
+                    "'{}' in '{uri}' has no '='",
+                    shown_label(attr.as_bytes())
+                ))
+            })?;
             match k {
                 "token" => u.token = Some(text(v)?),
                 "object" => u.object = Some(percent_decode(v)?),
@@ -72,7 +84,8 @@ impl Pkcs11Uri {
                     let t = text(v)?;
                     if !["private", "public", "cert", "secret-key", "data"].contains(&t.as_str()) {
                         return Err(Error::Usage(format!(
-                            "unknown object type '{t}' in '{uri}'"
+                            "unknown object type '{}' in '{uri}'",
+                            shown_label(t.as_bytes())
                         )));
                     }
                     u.kind = Some(t);
@@ -94,7 +107,12 @@ impl Pkcs11Uri {
                 | "slot-description"
                 | "slot-manufacturer" => {}
                 k if k.starts_with("x-") => {}
-                k => return Err(Error::Usage(format!("unknown attribute '{k}' in '{uri}'"))),
+                k => {
+                    return Err(Error::Usage(format!(
+                        "unknown attribute '{}' in '{uri}'",
+                        shown_label(k.as_bytes())
+                    )))
+                }
             }
         }
         Ok(u)

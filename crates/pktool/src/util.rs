@@ -14,6 +14,24 @@ pub fn shorten(s: &str) -> String {
     }
 }
 
+/// A label (bytes, which need not be UTF-8) as an error message shows it: on one line, with
+/// control characters escaped (`\n`, `\u{1b}`: a label cannot break the message or send
+/// terminal codes), cut as [`shorten`] cuts.
+pub fn shown_label(raw: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(raw)
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    shorten(&text)
+}
+
 /// Bytes from hex: pairs of hex digits, optionally after `0x` and with `:` between bytes
 /// (`0a1b`, `0x0a1b`, `0a:1b`). Anything else is a usage error.
 pub fn unhex(given: &str) -> Result<Vec<u8>> {

@@ -86,4 +86,10 @@ jcheck "friendlyName labels the key pair, its certificate and the CA" \
 jcheck "--label over the friendlyName" \
     "sorted(o['label'] for o in d['created'])[:3] == ['alice3'] * 3" \
     PKTP --json import -i named.p12 --p12-pass-file p12pass --label alice3 --allow-duplicate-label
+# A PKCS#12 file of certificates alone (openssl pkcs12 -export -nokeys) is imported as any file
+# without a private key: each certificate is its own object.
+openssl pkcs12 -export -nokeys -in ca.crt -out certs-only.p12 -passout file:p12pass
+jcheck "a PKCS#12 file without a key: its certificate imported" \
+    "[o['class'] for o in d['created']] == ['cert'] and d['created'][0]['label'] == 'certs-only'" \
+    PKTP --json import -i certs-only.p12 --p12-pass-file p12pass --label certs-only
 finish

@@ -135,12 +135,16 @@ fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> 
             "{name}: cannot open the PKCS#12 file: wrong password or damaged file (MAC check failed)"
         ))
     })?;
-    let key = parsed
-        .pkey
-        .ok_or_else(|| Error::File(format!("{name}: the PKCS#12 file holds no private key")))?;
-    let mut pieces = vec![Piece::Private(key)];
+    // A file of certificates alone (`openssl pkcs12 -export -nokeys`) is imported as any file
+    // without a private key is: every certificate is its own.
+    let mut pieces: Vec<Piece> = parsed.pkey.map(Piece::Private).into_iter().collect();
     pieces.extend(parsed.cert.map(Piece::Cert));
     pieces.extend(parsed.ca.into_iter().flatten().map(Piece::Cert));
+    if pieces.is_empty() {
+        return Err(Error::File(format!(
+            "{name}: the PKCS#12 file holds neither a private key nor a certificate"
+        )));
+    }
     Ok(pieces)
 }
 

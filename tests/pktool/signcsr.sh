@@ -19,4 +19,13 @@ check "verifies against the RSA CA" 0 'leaf2.pem: OK' openssl verify -CAfile rsa
 check "no CA certificate in the token: exit 5" 5 'give --ca-cert' PKTP signcsr --label rsaca --csr leaf.csr
 echo junk >bad.csr
 check "not a CSR: exit 4" 4 'not a PKCS#10 request' PKTP signcsr --label ca --csr bad.csr
+# A --ca-cert of another key is the file's fault, said as such (exit 4), not a token failure;
+# a request with an empty subject and no subjectAltName is refused (RFC 5280 4.1.2.6).
+check "--ca-cert of another key: exit 4, naming the file" 4 "the CA certificate's public key is not the one of the token key" \
+    PKTP signcsr --label ca --ca-cert rsaca.pem --csr leaf.csr -o leaf3.pem
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout anon.key -subj "/" -out anon.csr 2>/dev/null
+check "a request without any subject: exit 4" 4 'the request names no subject' \
+    PKTP signcsr --label ca --csr anon.csr -o anon.pem
+check "a SAN without a name: usage error" 2 "SAN 'DNS:' has no name after its kind" \
+    PKTP gencsr --label ca --subject CN=x --san 'DNS:,email:' -o x.csr
 finish

@@ -302,6 +302,7 @@ pub fn run(cli: &Cli) -> Result<()> {
             let req = X509Req::from_pem(&data)
                 .or_else(|_| X509Req::from_der(&data))
                 .map_err(|_| Error::File(format!("{} is not a PKCS#10 request", csr.display())))?;
+            crate::x509::check_request(&req)?;
             let given_ca = ca_cert.as_deref().map(load_cert).transpose()?;
             let (_, s) = env.login(Some(obj))?;
             let key = private_key(&s, obj)?;

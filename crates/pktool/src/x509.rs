@@ -117,6 +117,11 @@ fn san_extension(
                 "SAN '{item}' needs a kind: DNS:, IP:, email:, URI:"
             ))
         })?;
+        if v.trim().is_empty() {
+            return Err(Error::Usage(format!(
+                "SAN '{item}' has no name after its kind"
+            )));
+        }
         match k.to_ascii_lowercase().as_str() {
             "dns" => b.dns(v),
             "ip" => {
@@ -371,13 +376,18 @@ pub fn signcsr(
     o: &SignOpts,
 ) -> Result<X509> {
     let alg = sig_alg(s, key)?;
+    check_request(req)?;
     let req_key = req.public_key()?;
-    if !req.verify(&req_key)? {
+    let ca_key = ca_cert.public_key()?;
+    // The CA certificate must be the token key's: else the signature would not verify with
+    // it, which is the file's fault, not the token's.
+    if !crate::keys::public_of(s, key)?.public_eq(&ca_key) {
         return Err(Error::File(
-            "the request's own signature does not verify".into(),
+            "the CA certificate's public key is not the one of the token key that signs \
+             (--ca-cert names another key's certificate)"
+                .into(),
         ));
     }
-    let ca_key = ca_cert.public_key()?;
     let mut b = X509::builder()?;
     b.set_version(2)?;
     let serial = serial_from(o.serial)?;
@@ -411,6 +421,25 @@ pub fn signcsr(
 }
 
 /// The subject alternative names a request asks for, as an extension.
+/// A PKCS#10 request `signcsr` takes: its own signature verifies, and it names a subject
+/// (RFC 5280 4.1.2.6: an empty subject needs a subjectAltName). Checked before the login.
+pub fn check_request(req: &X509Req) -> Result<()> {
+    let req_key = req.public_key()?;
+    if !req.verify(&req_key)? {
+        return Err(Error::File(
+            "the request's own signature does not verify".into(),
+        ));
+    }
+    if req.subject_name().entries().next().is_none() && request_sans(req)?.is_none() {
+        return Err(Error::File(
+            "the request names no subject: its subject is empty and it asks for no \
+             subjectAltName (RFC 5280 4.1.2.6)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn request_sans(req: &X509Req) -> Result<Option<X509Extension>> {
     let Ok(exts) = req.extensions() else {
         return Ok(None);

@@ -181,19 +181,18 @@ pub(super) fn precreate_db_file(path: &Path) -> Result<(), StoreError> {
 }
 
 /// Forces mode 0600 on the database, -wal and -shm files (those that exist), once the
-/// database has proved to be a token database. Each is changed through a descriptor opened
-/// without following a link.
+/// database has proved to be a token database. Each is changed by its path, and only while
+/// that path is a regular file itself: a link there is left alone. (Not through a descriptor
+/// opened for it: closing any descriptor of a file drops every POSIX lock this process holds
+/// on it, SQLite's included, and other processes would then miss this one's changes.)
 pub(super) fn fix_permissions(path: &Path) -> Result<(), StoreError> {
     for suffix in ["", "-wal", "-shm"] {
         let p = with_suffix(path, suffix);
-        let opened = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&p);
-        match opened {
-            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f
-                .set_permissions(Permissions::from_mode(0o600))
-                .map_err(|e| io_err("setting permissions of", &p, e))?,
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_file() => {
+                std::fs::set_permissions(&p, Permissions::from_mode(0o600))
+                    .map_err(|e| io_err("setting permissions of", &p, e))?
+            }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err("setting permissions of", &p, e)),

@@ -142,42 +142,56 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Creates the database file 0600 if missing, and gives a new (empty) one mode 0600 before
-/// SQLite opens it: SQLite gives the -wal and -shm files the mode of the database file.
+/// Creates the database file, mode 0600, if it is missing: SQLite gives the -wal and -shm
+/// files the mode of the database file.
 ///
 /// The path's last component must be the file itself: a symbolic link there is refused, not
-/// followed (`O_NOFOLLOW`), so that a link planted in the keystore directory neither has a
-/// file elsewhere chmod'ed nor a keystore made elsewhere; a FIFO, device or directory is
-/// refused too. An existing file's mode is left as it is until it has proved to be a token
-/// database ([`fix_permissions`]): another program's file is not changed.
+/// followed, so that a link planted in the keystore directory neither has a file elsewhere
+/// chmod'ed nor a keystore made elsewhere; a FIFO, device or directory is refused too. An
+/// existing file is not opened here (closing a descriptor of it would drop any POSIX lock
+/// this process's SQLite holds on it), and its mode is left as it is until it has proved to
+/// be a token database ([`fix_permissions`]): another program's file is not changed.
 pub(super) fn precreate_db_file(path: &Path) -> Result<(), StoreError> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => StoreError::Corrupt(format!(
-                "{} is a symbolic link; the keystore file must be a regular file itself",
-                path.display()
-            )),
-            _ => io_err("opening", path, e),
-        })?;
-    let meta = f.metadata().map_err(|e| io_err("opening", path, e))?;
-    if !meta.is_file() {
-        return Err(StoreError::Corrupt(format!(
-            "{} is not a regular file (a FIFO, device or directory is not a keystore)",
-            path.display()
-        )));
+    let refused = |why: &str| StoreError::Corrupt(format!("{} {why}", path.display()));
+    for _ in 0..2 {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(refused(
+                    "is a symbolic link; the keystore file must be a regular file itself",
+                ))
+            }
+            Ok(m) if !m.is_file() => {
+                return Err(refused(
+                    "is not a regular file (a FIFO, device or directory is not a keystore)",
+                ))
+            }
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("opening", path, e)),
+        }
+        // Missing: made here, without following a link planted meanwhile. Made by another
+        // process meanwhile: looked at again.
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        {
+            Ok(f) => {
+                return f
+                    .set_permissions(Permissions::from_mode(0o600))
+                    .map_err(|e| io_err("setting permissions of", path, e))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_err("creating", path, e)),
+        }
     }
-    if meta.len() == 0 {
-        f.set_permissions(Permissions::from_mode(0o600))
-            .map_err(|e| io_err("setting permissions of", path, e))?;
-    }
-    Ok(())
+    Err(io_err(
+        "creating",
+        path,
+        std::io::Error::other("it kept changing while it was made"),
+    ))
 }
 
 /// Forces mode 0600 on the database, -wal and -shm files (those that exist), once the
@@ -205,9 +219,12 @@ pub(super) fn fix_permissions(path: &Path) -> Result<(), StoreError> {
 /// keys, secure_delete (deleted secrets are overwritten in the file) and
 /// trusted_schema=OFF.
 pub(super) fn connect(path: &Path) -> Result<Connection, StoreError> {
+    // SQLITE_OPEN_NOFOLLOW: a link put at the path after `precreate_db_file` looked at it is
+    // not followed either.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let what = format!("opening token database {}", path.display());
     let conn = Connection::open_with_flags(path, flags).ctx(&what)?;
     conn.busy_timeout(BUSY_TIMEOUT).ctx(&what)?;

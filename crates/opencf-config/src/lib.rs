@@ -747,6 +747,8 @@ pub fn to_toml_string(cfg: &Config) -> String {
 /// An exclusive lock on `path` + ".lock" (flock), held until dropped.
 pub struct ConfigLock {
     _file: File,
+    /// The file an edit under this lock writes ([`file_written`]).
+    target: PathBuf,
 }
 
 fn lock_path(path: &Path) -> PathBuf {
@@ -761,18 +763,21 @@ pub fn lock(path: &Path) -> Result<ConfigLock, ConfigError> {
         |what: &str, e: io::Error| ConfigError::new(Some(path), None, format!("{what}: {e}"));
     // The lock of the file an edit writes: an edit through a link and one of the file itself
     // take the same lock, and nothing is made beside a device.
-    let path = &file_written(path).map_err(|e| ioerr("cannot write", e))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let target = file_written(path).map_err(|e| ioerr("cannot write", e))?;
+    if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(|e| ioerr("cannot create directory", e))?;
     }
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(lock_path(path))
+        .open(lock_path(&target))
         .map_err(|e| ioerr("cannot open lock file", e))?;
     file.lock().map_err(|e| ioerr("cannot lock", e))?;
-    Ok(ConfigLock { _file: file })
+    Ok(ConfigLock {
+        _file: file,
+        target,
+    })
 }
 
 /// The file an edit of `path` writes: `path` itself, or, where `path` is a symbolic link, the
@@ -814,11 +819,12 @@ fn file_written(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
-fn write_atomic(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
+/// Writes `text` to the file `lock` is for, atomically; errors name `path`, the path given.
+fn write_atomic(text: &str, path: &Path, lock: &ConfigLock) -> Result<(), ConfigError> {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let ioerr =
         |what: &str, e: io::Error| ConfigError::new(Some(path), None, format!("{what}: {e}"));
-    let path = &file_written(path).map_err(|e| ioerr("cannot write", e))?;
+    let path = &lock.target;
     let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(d) => d.to_path_buf(),
         None => PathBuf::from("."),
@@ -829,7 +835,6 @@ fn write_atomic(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
         .unwrap_or_else(|| "opencf.toml".into());
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{fname}.tmp.{}.{n}", std::process::id()));
-    let text = to_toml_string(cfg);
     let result = (|| {
         let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         if let Ok(meta) = fs::metadata(path) {
@@ -853,8 +858,8 @@ fn write_atomic(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
 /// Writes `cfg` to `path` as TOML, atomically (temp file in the same directory, fsync,
 /// rename) under the lock of [`lock`].
 pub fn save(cfg: &Config, path: &Path) -> Result<(), ConfigError> {
-    let _lock = lock(path)?;
-    write_atomic(cfg, path)
+    let lock = lock(path)?;
+    write_atomic(&to_toml_string(cfg), path, &lock)
 }
 
 /// Read-modify-write under the lock: loads `path` (or the built-in default for `lib_dir` when
@@ -879,7 +884,7 @@ pub fn update_target<T, E: From<ConfigError>>(
     f: impl FnOnce(&mut Config) -> Result<T, E>,
 ) -> Result<T, E> {
     let path = target.path.as_path();
-    let _lock = lock(path)?;
+    let lock = lock(path)?;
     let mut cfg = match &target.seed {
         _ if path.exists() => load_from(path)?,
         Some(seed) if seed.exists() => load_from(seed)?,
@@ -889,14 +894,15 @@ pub fn update_target<T, E: From<ConfigError>>(
     cfg.source = Source::File(path.to_path_buf());
     // Never write what would not be read back: an edit the parser would refuse fails every
     // application's `C_Initialize` and every later edit.
-    parse_str(&to_toml_string(&cfg), Some(path)).map_err(|e| {
+    let text = to_toml_string(&cfg);
+    parse_str(&text, Some(path)).map_err(|e| {
         ConfigError::new(
             Some(path),
             None,
             format!("the edit is refused: {}", e.message),
         )
     })?;
-    write_atomic(&cfg, path)?;
+    write_atomic(&text, path, &lock)?;
     Ok(out)
 }
 

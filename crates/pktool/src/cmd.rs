@@ -85,17 +85,18 @@ fn selector(o: &ObjArgs) -> Result<Selector> {
 
 /// Refuses labels already taken (see [`objects::refuse_taken_labels`]) unless the user allows
 /// them.
+/// Labels are bytes, as stored (a key's label need not be UTF-8).
 fn check_labels<'a>(
     s: &Session,
     allow: &LabelArgs,
-    new: impl IntoIterator<Item = (ObjectClass, Option<&'a str>)>,
+    new: impl IntoIterator<Item = (ObjectClass, Option<&'a [u8]>)>,
 ) -> Result<()> {
     if allow.allow_duplicate_label {
         return Ok(());
     }
     let new: Vec<(ObjectClass, Vec<u8>)> = new
         .into_iter()
-        .filter_map(|(c, l)| Some((c, l?.as_bytes().to_vec())))
+        .filter_map(|(c, l)| Some((c, l?.to_vec())))
         .collect();
     objects::refuse_taken_labels(
         s,
@@ -138,7 +139,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         Cmd::Genkey { keytype, size, new } => {
             let plan = keys::secret_key_plan(keytype, *size, &key_opts(new)?)?;
             let (t, s) = env.login(None)?;
-            let label = new.label.as_deref();
+            let label = new.label.as_deref().map(str::as_bytes);
             check_labels(&s, &new.labels, [(ObjectClass::SECRET_KEY, label)])?;
             let h = keys::genkey(&s, plan)?;
             let v = objects::describe(&s, h, &t.label, false)?;
@@ -155,7 +156,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         } => {
             let plan = keys::key_pair_plan(keytype, *size, curve.as_deref(), &key_opts(new)?)?;
             let (t, s) = env.login(None)?;
-            let label = new.label.as_deref();
+            let label = new.label.as_deref().map(str::as_bytes);
             let pair = [ObjectClass::PRIVATE_KEY, ObjectClass::PUBLIC_KEY];
             check_labels(&s, &new.labels, pair.map(|c| (c, label)))?;
             let (pubh, privh) = keys::genkeypair(&s, plan)?;
@@ -241,15 +242,8 @@ pub fn run(cli: &Cli) -> Result<()> {
                 .as_ref()
                 .map(|l| l.as_bytes().to_vec())
                 .or_else(|| objects::bytes_attr(&a, AttributeType::Label));
-            if !no_store && !labels.allow_duplicate_label {
-                if let Some(l) = &label {
-                    objects::refuse_taken_labels(
-                        &s,
-                        &[(ObjectClass::CERTIFICATE, l.clone())],
-                        "choose another --cert-label, delete the old certificate first, or add \
-                         --allow-duplicate-label",
-                    )?;
-                }
+            if !no_store {
+                check_labels(&s, labels, [(ObjectClass::CERTIFICATE, label.as_deref())])?;
             }
             let cert = crate::x509::gencert(
                 &s,
@@ -772,7 +766,7 @@ fn import(env: &Env, input: &Path, new: &NewKeyArgs, pass: &SecretSource) -> Res
     check_labels(
         &s,
         &new.labels,
-        labels.iter().map(|(c, l)| (*c, Some(l.as_str()))),
+        labels.iter().map(|(c, l)| (*c, Some(l.as_bytes()))),
     )?;
     let created = crate::import::create_all(&s, &templates)?;
     let shown: Vec<Value> = created

@@ -18,17 +18,14 @@ pub fn shorten(s: &str) -> String {
 /// control characters escaped (`\n`, `\u{1b}`: a label cannot break the message or send
 /// terminal codes), cut as [`shorten`] cuts.
 pub fn shown_label(raw: &[u8]) -> String {
-    let text: String = String::from_utf8_lossy(raw)
-        .chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect();
+    let mut text = String::new();
+    for c in String::from_utf8_lossy(raw).chars() {
+        if c.is_control() {
+            text.extend(c.escape_default());
+        } else {
+            text.push(c);
+        }
+    }
     shorten(&text)
 }
 
@@ -163,9 +160,6 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
     Ok(data)
 }
 
-/// Writes a file (or stdout for "-"), naming it in the error.
-/// As [`write_file`], the file made readable and writable by its owner only (mode 0600), also
-/// when it already existed with a wider mode.
 /// Writes a private key's file: readable by its owner only (0600), as [`write_file`] writes.
 pub fn write_private_file(path: &std::path::Path, data: &[u8]) -> Result<()> {
     write_output(path, data, 0o600)

@@ -366,8 +366,9 @@ pub struct SignOpts<'a> {
     pub ca: bool,
 }
 
-/// Issues a certificate for a request; the request's subject alternative names are kept,
-/// its other requested extensions are not (pktool sets basic constraints and key usage).
+/// Issues a certificate for a request that [`check_request`] took; the request's subject
+/// alternative names are kept, its other requested extensions are not (pktool sets basic
+/// constraints and key usage).
 pub fn signcsr(
     s: &Session,
     key: ObjectHandle,
@@ -376,7 +377,6 @@ pub fn signcsr(
     o: &SignOpts,
 ) -> Result<X509> {
     let alg = sig_alg(s, key)?;
-    check_request(req)?;
     let req_key = req.public_key()?;
     let ca_key = ca_cert.public_key()?;
     // The CA certificate must be the token key's: else the signature would not verify with
@@ -420,7 +420,6 @@ pub fn signcsr(
     finish(s, key, alg, b, &ca_key)
 }
 
-/// The subject alternative names a request asks for, as an extension.
 /// A PKCS#10 request `signcsr` takes: its own signature verifies, and it names a subject
 /// (RFC 5280 4.1.2.6: an empty subject needs a subjectAltName). Checked before the login.
 pub fn check_request(req: &X509Req) -> Result<()> {
@@ -440,6 +439,7 @@ pub fn check_request(req: &X509Req) -> Result<()> {
     Ok(())
 }
 
+/// The subject alternative names a request asks for, as an extension.
 fn request_sans(req: &X509Req) -> Result<Option<X509Extension>> {
     let Ok(exts) = req.extensions() else {
         return Ok(None);

@@ -36,8 +36,8 @@ impl Accel {
             .ok_or(CKR_SESSION_HANDLE_INVALID)?;
         write(&self.objects).retain(|_, o| o.session != s);
         // The last session's end ends the login, as a `C_Logout` would.
-        if read(&self.sessions).is_empty() && self.logged_in.swap(false, Ordering::AcqRel) {
-            write(&self.objects).retain(|_, o| !o.flag(CKA_PRIVATE));
+        if read(&self.sessions).is_empty() {
+            self.end_login();
         }
         Ok(())
     }
@@ -139,11 +139,20 @@ impl Accel {
     /// handles stay invalid after a new login).
     pub(crate) fn logout(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         self.session(s)?;
-        if !self.logged_in.swap(false, Ordering::AcqRel) {
+        if !self.end_login() {
             return Err(CKR_USER_NOT_LOGGED_IN);
         }
-        write(&self.objects).retain(|_, o| !o.flag(CKA_PRIVATE));
         Ok(())
+    }
+
+    /// Ends the user's login, if there is one, and destroys the private objects (after the
+    /// login has ended: `add_object` checks it under the same lock). Whether there was one.
+    fn end_login(&self) -> bool {
+        let was = self.logged_in.swap(false, Ordering::AcqRel);
+        if was {
+            write(&self.objects).retain(|_, o| !o.flag(CKA_PRIVATE));
+        }
+        was
     }
 
     /// Checks a session handle (`C_GetFunctionStatus`, `C_CancelFunction`).

@@ -311,6 +311,16 @@ fn lock_dir(dir: &Path) -> io::Result<File> {
     Ok(f)
 }
 
+/// [`lock_dir`] without waiting: `None` while another process holds the lock.
+fn try_lock_dir(dir: &Path) -> io::Result<Option<File>> {
+    let f = new_private_file(dir, &dir.join(LOCK_FILE), false)?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Segments
 // ---------------------------------------------------------------------------------------------
@@ -491,12 +501,9 @@ pub fn collect(dir: &Path) -> io::Result<()> {
     // Tidying is done at a segment's creation, inside every application's `C_Initialize`: it
     // waits for no one. While another process holds the directory (a `cryptoadm stat` that
     // was stopped with Ctrl-Z, or one of root's), it is left to that process or the next.
-    let f = new_private_file(dir, &dir.join(LOCK_FILE), false)?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Ok(()),
-        Err(std::fs::TryLockError::Error(e)) => return Err(e),
-    }
+    let Some(_lock) = try_lock_dir(dir)? else {
+        return Ok(());
+    };
     sweep(dir, Dead::Fold).map(|_| ())
 }
 

@@ -10,6 +10,8 @@
  * - C_Sign and C_Verify "cannot be used to terminate a multi-part operation": after an update
  *   they answer CKR_OPERATION_ACTIVE, which ends the operation; C_SessionCancel ends the
  *   message-based operations its flags name;
+ * - one verification at a time, C_Verify* or C_VerifySignature* (CKF_VERIFY ends either), and
+ *   an init checks the session, an active operation and the mechanism before its parameter;
  * - CKF_ASYNC_SESSION opens a session, which C_GetSessionInfo flags so, exactly where the
  *   token flags CKF_ASYNC_SESSION_SUPPORTED (else CKR_SESSION_ASYNC_NOT_SUPPORTED);
  * - a key with CKA_ALWAYS_AUTHENTICATE signs and decrypts only after
@@ -224,6 +226,52 @@ static void single_part_and_cancel_rules(CK_SESSION_HANDLE s)
     expect("  then C_MessageDecryptFinal", F->C_MessageDecryptFinal(s), CKR_OPERATION_NOT_INITIALIZED);
     expect("  then C_MessageDecryptInit", F->C_MessageDecryptInit(s, &gcm, aes), CKR_OK);
     must("C_MessageDecryptFinal", F->C_MessageDecryptFinal(s));
+}
+
+static CK_FUNCTION_LIST_3_2 *F32;
+
+/* One verification at a time: C_Verify* and C_VerifySignature* (3.2) share CKF_VERIFY, the
+ * only flag with which C_SessionCancel or an error can end either, so a session runs one of
+ * the two at a time (CKR_OPERATION_ACTIVE for the other, "an active operation ... prevents
+ * Cryptoki from activating the specified operation"). An error in one leaves no other. And an
+ * init checks the session, an active operation and the mechanism before the mechanism's
+ * parameter, as the other inits do. */
+static void one_verification_at_a_time(CK_SESSION_HANDLE s)
+{
+    CK_OBJECT_HANDLE hmac = make_hmac(s);
+    CK_BYTE sig[32], bad[32] = { 0 };
+    CK_ULONG len = sizeof sig;
+    must("C_SignInit", F->C_SignInit(s, &m_hmac, hmac));
+    must("C_Sign", F->C_Sign(s, data32, 32, sig, &len));
+
+    must("C_VerifySignatureInit", F32->C_VerifySignatureInit(s, &m_hmac, hmac, sig, sizeof sig));
+    expect("C_VerifyInit while C_VerifySignature* is active", F->C_VerifyInit(s, &m_hmac, hmac),
+           CKR_OPERATION_ACTIVE);
+    expect("  the active one goes on: C_VerifySignature", F32->C_VerifySignature(s, data32, 32), CKR_OK);
+    must("C_VerifyInit", F->C_VerifyInit(s, &m_hmac, hmac));
+    expect("C_VerifySignatureInit while C_Verify* is active",
+           F32->C_VerifySignatureInit(s, &m_hmac, hmac, sig, sizeof sig), CKR_OPERATION_ACTIVE);
+    expect("  the active one goes on: C_Verify", F->C_Verify(s, data32, 32, sig, sizeof sig), CKR_OK);
+    must("C_VerifySignatureInit", F32->C_VerifySignatureInit(s, &m_hmac, hmac, bad, sizeof bad));
+    expect("C_VerifySignature of a wrong signature", F32->C_VerifySignature(s, data32, 32),
+           CKR_SIGNATURE_INVALID);
+    expect("  then C_VerifyInit", F->C_VerifyInit(s, &m_hmac, hmac), CKR_OK);
+    expect("  and C_Verify", F->C_Verify(s, data32, 32, sig, sizeof sig), CKR_OK);
+
+    CK_MECHANISM gcm_no_param = { CKM_AES_GCM, NULL, 0 };
+    expect("C_VerifySignatureInit: a closed session before a bad parameter",
+           F32->C_VerifySignatureInit(0xdead, &gcm_no_param, hmac, sig, sizeof sig),
+           CKR_SESSION_HANDLE_INVALID);
+    must("C_VerifySignatureInit", F32->C_VerifySignatureInit(s, &m_hmac, hmac, sig, sizeof sig));
+    expect("C_VerifySignatureInit: an active operation before a bad parameter",
+           F32->C_VerifySignatureInit(s, &gcm_no_param, hmac, sig, sizeof sig), CKR_OPERATION_ACTIVE);
+    must("C_VerifySignature", F32->C_VerifySignature(s, data32, 32));
+    expect("C_VerifySignatureInit: a mechanism that cannot verify, before its parameter",
+           F32->C_VerifySignatureInit(s, &gcm_no_param, hmac, sig, sizeof sig), CKR_MECHANISM_INVALID);
+    expect("C_VerifyInit: a mechanism that cannot verify, before its parameter",
+           F->C_VerifyInit(s, &gcm_no_param, hmac), CKR_MECHANISM_INVALID);
+    expect("C_SignInit: a mechanism that cannot sign, before its parameter",
+           F->C_SignInit(s, &gcm_no_param, hmac), CKR_MECHANISM_INVALID);
 }
 
 /* CKF_ASYNC_SESSION (3.2): a token that flags CKF_ASYNC_SESSION_SUPPORTED opens such a session
@@ -637,6 +685,13 @@ int main(int argc, char **argv)
         return 2;
     }
     F = ifc->pFunctionList;
+    CK_INTERFACE *ifc32 = NULL;
+    CK_VERSION v32 = { 3, 2 };
+    if (get_interface((CK_UTF8CHAR *)"PKCS 11", &v32, &ifc32, 0) != CKR_OK) {
+        fprintf(stderr, "%s: no PKCS#11 3.2 interface\n", argv[1]);
+        return 2;
+    }
+    F32 = ifc32->pFunctionList;
     SLOT = strtoul(argv[2], NULL, 10);
     no_threads_when_forbidden();
     must("C_Initialize", F->C_Initialize(NULL));
@@ -645,6 +700,7 @@ int main(int argc, char **argv)
     printf("# %s, slot %lu\n", argv[1], SLOT);
     argument_errors_end_operations(s);
     single_part_and_cancel_rules(s);
+    one_verification_at_a_time(s);
     async_sessions_as_flagged();
     no_answer_confirms_a_guess(s);
     context_specific_login(s);

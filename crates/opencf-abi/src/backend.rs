@@ -489,6 +489,18 @@ pub trait Backend: Send + Sync + 'static {
     ) -> CkResult<()> {
         Err(NS)
     }
+    /// `C_VerifySignatureInit` with the caller's mechanism unparsed: by default parsed here and
+    /// passed to [`Backend::verify_signature_init`], as [`Backend::verify_init_raw`] does.
+    fn verify_signature_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        mech: RawMechanism<'_>,
+        key: CK_OBJECT_HANDLE,
+        sig: &[u8],
+    ) -> CkResult<()> {
+        self.check_session(s)?;
+        self.verify_signature_init(s, &mech.parse()?, key, sig)
+    }
     /// `C_VerifySignature` (3.2).
     fn verify_signature(&self, s: CK_SESSION_HANDLE, data: &[u8]) -> CkResult<()> {
         Err(NS)

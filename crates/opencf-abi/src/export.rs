@@ -1084,9 +1084,10 @@ pub extern "C" fn C_VerifySignatureInit<B: Backend>(
     sig_len: CK_ULONG,
 ) -> CK_RV {
     call::<B>(|b| {
-        // SAFETY: the caller's mechanism and signature.
-        let (mech, sig) = unsafe { (mechanism(mech)?, bytes(sig, sig_len)?) };
-        b.verify_signature_init(session, &mech, key, sig)
+        // SAFETY: the caller's mechanism, valid for this call (the value cannot outlive it),
+        // and signature.
+        let (mech, sig) = unsafe { (crate::RawMechanism::new(mech)?, bytes(sig, sig_len)?) };
+        b.verify_signature_init_raw(session, mech, key, sig)
     })
 }
 

@@ -110,6 +110,12 @@ impl SoftToken {
         if slot_of(st, encrypt).is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
+        // The mechanism's capability before its parameter: a mechanism that cannot do this at
+        // all is `CKR_MECHANISM_INVALID`, whatever its parameter, as slot 0 answers it.
+        check_mechanism(
+            mech.mechanism(),
+            if encrypt { CKF_ENCRYPT } else { CKF_DECRYPT },
+        )?;
         mech.with_parsed(|mech| self.cipher_init_parsed(sess, st, mech, key, encrypt))
     }
 
@@ -122,12 +128,11 @@ impl SoftToken {
         key: CK_OBJECT_HANDLE,
         encrypt: bool,
     ) -> CkResult<()> {
-        let (flag, classes, usage) = if encrypt {
-            (CKF_ENCRYPT, [CKO_SECRET_KEY, CKO_PUBLIC_KEY], CKA_ENCRYPT)
+        let (classes, usage) = if encrypt {
+            ([CKO_SECRET_KEY, CKO_PUBLIC_KEY], CKA_ENCRYPT)
         } else {
-            (CKF_DECRYPT, [CKO_SECRET_KEY, CKO_PRIVATE_KEY], CKA_DECRYPT)
+            ([CKO_SECRET_KEY, CKO_PRIVATE_KEY], CKA_DECRYPT)
         };
-        check_mechanism(mech.mechanism, flag)?;
         let obj = self.cached_key(sess, &mut st.keys, key, CKR_KEY_HANDLE_INVALID)?;
         check_key(obj, &classes, usage, mech.mechanism)?;
         let uid = obj.uid;

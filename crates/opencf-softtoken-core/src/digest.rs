@@ -21,10 +21,8 @@ impl SoftToken {
             return Err(CKR_OPERATION_ACTIVE);
         }
         // Parsed after the session's check (see `cipher_init`).
-        let op = m.with_parsed(|m| {
-            check_mechanism(m.mechanism, CKF_DIGEST)?;
-            mech::digest_init(m)
-        })?;
+        check_mechanism(m.mechanism(), CKF_DIGEST)?;
+        let op = m.with_parsed(mech::digest_init)?;
         st.digest = Some(op);
         st.digest_multi = false;
         Ok(())

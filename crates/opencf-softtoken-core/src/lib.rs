@@ -422,7 +422,7 @@ impl Backend for SoftToken {
         k: CK_OBJECT_HANDLE,
         sig: &[u8],
     ) -> CkResult<()> {
-        SoftToken::verify_signature_init(self, s, m, k, sig)
+        SoftToken::verify_signature_init(self, s, m.into(), k, sig)
     }
     fn verify_signature(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         SoftToken::verify_signature(self, s, d)
@@ -571,5 +571,14 @@ impl Backend for SoftToken {
         k: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
         self.verify_init_in(&*self.session(s)?, MechRef::Raw(m), k)
+    }
+    fn verify_signature_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+        sig: &[u8],
+    ) -> CkResult<()> {
+        SoftToken::verify_signature_init(self, s, MechRef::Raw(m), k, sig)
     }
 }

@@ -36,8 +36,8 @@ impl SoftToken {
             return Err(CKR_OPERATION_ACTIVE);
         }
         // Parsed after the session's checks (see `cipher_init`).
+        check_mechanism(m.mechanism(), CKF_SIGN)?;
         m.with_parsed(|m| {
-            check_mechanism(m.mechanism, CKF_SIGN)?;
             let obj = self.op_key(sess, &mut st, key, CKR_KEY_HANDLE_INVALID)?;
             check_key(
                 &obj,
@@ -220,7 +220,6 @@ impl SoftToken {
         m: &Mechanism,
         key: CK_OBJECT_HANDLE,
     ) -> CkResult<Box<dyn mech::VerifyOp>> {
-        check_mechanism(m.mechanism, CKF_VERIFY)?;
         let obj = self.op_key(sess, st, key, CKR_KEY_HANDLE_INVALID)?;
         check_key(
             &obj,
@@ -250,10 +249,12 @@ impl SoftToken {
     ) -> CkResult<()> {
         sess.check_pin_ok()?;
         let mut st = sess.lock();
-        if st.verify.is_some() {
+        // One verification at a time, of either kind: `CKF_VERIFY` ends both.
+        if st.verify.is_some() || st.verify_signature.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
         // Parsed after the session's checks (see `cipher_init`).
+        check_mechanism(m.mechanism(), CKF_VERIFY)?;
         let op = m.with_parsed(|m| self.new_verify(sess, &mut st, m, key))?;
         st.verify = Some(op);
         st.verify_multi = false;
@@ -304,17 +305,19 @@ impl SoftToken {
     pub fn verify_signature_init(
         &self,
         s: CK_SESSION_HANDLE,
-        m: &Mechanism,
+        m: MechRef<'_>,
         key: CK_OBJECT_HANDLE,
         sig: &[u8],
     ) -> CkResult<()> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut st = sess.lock();
-        if st.verify_signature.is_some() {
+        if st.verify.is_some() || st.verify_signature.is_some() {
             return Err(CKR_OPERATION_ACTIVE);
         }
-        let op = self.new_verify(&sess, &mut st, m, key)?;
+        // Parsed after the session's checks (see `cipher_init`).
+        check_mechanism(m.mechanism(), CKF_VERIFY)?;
+        let op = m.with_parsed(|m| self.new_verify(&sess, &mut st, m, key))?;
         st.verify_signature = Some((op, sig.to_vec()));
         st.verify_signature_multi = false;
         Ok(())

@@ -393,7 +393,16 @@ impl Backend for OpenCf {
         k: CK_OBJECT_HANDLE,
         sig: &[u8],
     ) -> CkResult<()> {
-        OpenCf::verify_signature_init(self, s, m, k, sig)
+        OpenCf::verify_signature_init(self, s, m.into(), k, sig)
+    }
+    fn verify_signature_init_raw(
+        &self,
+        s: CK_SESSION_HANDLE,
+        m: RawMechanism<'_>,
+        k: CK_OBJECT_HANDLE,
+        sig: &[u8],
+    ) -> CkResult<()> {
+        OpenCf::verify_signature_init(self, s, m.into(), k, sig)
     }
     fn verify_signature(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         OpenCf::verify_signature(self, s, d)

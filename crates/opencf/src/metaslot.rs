@@ -53,6 +53,16 @@ impl OpKind {
             OpKind::VerifyRecover => CKF_VERIFY_RECOVER,
         }
     }
+    /// The other kind that shares this kind's place in a session: a session verifies one way
+    /// at a time, with `C_Verify*` or with `C_VerifySignature*`, since `CKF_VERIFY` (the only
+    /// flag `C_SessionCancel` and an error's end can name) ends either.
+    pub fn sharing(self) -> Option<OpKind> {
+        match self {
+            OpKind::Verify => Some(OpKind::VerifySignature),
+            OpKind::VerifySignature => Some(OpKind::Verify),
+            _ => None,
+        }
+    }
 }
 
 /// Where an active operation runs.
@@ -249,6 +259,14 @@ pub struct MetaSession {
 pub const LATENCY_SAMPLE: u32 = 16;
 
 impl MetaSession {
+    /// Whether an operation of `kind`, or of the kind sharing its place
+    /// ([`OpKind::sharing`]), is active.
+    pub fn occupied(&self, kind: OpKind) -> bool {
+        self.ops[kind as usize].is_some()
+            || kind
+                .sharing()
+                .is_some_and(|o| self.ops[o as usize].is_some())
+    }
     /// A session whose keystore session is `ks` (pinned as `ks_pin` where the keystore lends
     /// it).
     pub fn new(flags: CK_FLAGS, ks: CK_SESSION_HANDLE, ks_pin: Option<opencf_abi::Pinned>) -> Self {

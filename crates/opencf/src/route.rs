@@ -850,7 +850,7 @@ impl OpenCf {
         let ms = &mut *guard;
         let mt = mech.mechanism();
         match ms.direct[kind as usize] {
-            Some(d) if d.mech == mt && ms.ops[kind as usize].is_none() && ms.pending.is_empty() => {
+            Some(d) if d.mech == mt && !ms.occupied(kind) && ms.pending.is_empty() => {
                 // As `bind_with` over that candidate, without looking the route up.
                 let at = self.at(&d.b, ms.ks_pin.as_ref());
                 let key_h = key.unwrap_or(0);
@@ -904,7 +904,7 @@ impl OpenCf {
         key: Option<CK_OBJECT_HANDLE>,
         extra: &[u8],
     ) -> CkResult<()> {
-        if ms.ops[kind as usize].is_some() || ms.is_pending(kind) {
+        if ms.occupied(kind) || ms.is_pending(kind) {
             return Err(CKR_OPERATION_ACTIVE);
         }
         let mt = mech.mechanism();

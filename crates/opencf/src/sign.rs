@@ -113,7 +113,7 @@ impl OpenCf {
     pub fn verify_signature_init(
         &self,
         s: CK_SESSION_HANDLE,
-        mech: &Mechanism,
+        mech: MechRef<'_>,
         k: CK_OBJECT_HANDLE,
         sig: &[u8],
     ) -> CkResult<()> {
@@ -125,7 +125,7 @@ impl OpenCf {
                 self.not_a_clone_or(prov, k, CKR_KEY_HANDLE_INVALID)?;
                 p.verify_signature_init(h, mech, k, sig)
             },
-            |m| self.meta_init(m, OpKind::VerifySignature, mech.into(), Some(k), sig)
+            |m| self.meta_init(m, OpKind::VerifySignature, mech, Some(k), sig)
         )
     }
     /// `C_VerifySignature`.

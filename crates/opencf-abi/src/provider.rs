@@ -94,7 +94,19 @@ fn check(rv: CK_RV) -> CkResult<()> {
     if rv == CKR_OK {
         Ok(())
     } else {
-        Err(rv)
+        Err(defined(rv))
+    }
+}
+
+/// A module's error as the framework hands it on: a code that PKCS#11 does not define (and
+/// that is not in the vendor-defined range) is the module's fault, reported as
+/// `CKR_GENERAL_ERROR`, so that an application never gets a value no specification names.
+#[cold]
+fn defined(rv: CK_RV) -> CK_RV {
+    if rv >= CKR_VENDOR_DEFINED || crate::rv_names::RV_NAMES.iter().any(|&(_, v)| v == rv) {
+        rv
+    } else {
+        CKR_GENERAL_ERROR
     }
 }
 
@@ -145,11 +157,14 @@ fn out_call(
             out.set_len(len as usize);
             Ok(())
         }
+        // Too small for a length that fits the room given: the module contradicts itself, and
+        // an application growing its buffer to the length reported would ask forever.
+        CKR_BUFFER_TOO_SMALL if !p.is_null() && len <= ul(cap) => Err(CKR_GENERAL_ERROR),
         CKR_BUFFER_TOO_SMALL => {
             out.set_len(len as usize);
             Err(CKR_BUFFER_TOO_SMALL)
         }
-        rv => Err(rv),
+        rv => Err(defined(rv)),
     }
 }
 
@@ -238,7 +253,7 @@ fn read_list<T: Copy + Default>(f: impl Fn(*mut T, *mut CK_ULONG) -> CK_RV) -> C
             }
             CKR_OK => return Err(CKR_GENERAL_ERROR),
             CKR_BUFFER_TOO_SMALL => continue,
-            rv => return Err(rv),
+            rv => return Err(defined(rv)),
         }
     }
     Err(CKR_GENERAL_ERROR)
@@ -322,21 +337,34 @@ macro_rules! fields_3_0 {
 }
 
 /// Reads a module's function table into a 3.2-shaped copy (functions a smaller table lacks
-/// are `None`).
+/// are `None`), with the layout of the version it states, but no larger than the layout of
+/// version `most`: the version of the interface asked for, or 2.40 for `C_GetFunctionList`,
+/// whose table is a `CK_FUNCTION_LIST` whatever its version field says. A table read with a
+/// smaller layout than it states reports that layout's version.
 ///
 /// # Safety
-/// `p` must point to a function table of the version its first field states, with valid
-/// function pointers (or NULL entries).
-unsafe fn read_table(p: *const c_void, path: &Path) -> Result<CK_FUNCTION_LIST_3_2, LoadError> {
+/// `p` must point to a function table at least as large as the smaller of the layouts of
+/// the version its first field states and of `most`, with valid function pointers (or NULL
+/// entries).
+unsafe fn read_table(
+    p: *const c_void,
+    path: &Path,
+    most: CK_VERSION,
+) -> Result<CK_FUNCTION_LIST_3_2, LoadError> {
     let bad = |reason: String| LoadError::BadFunctionList {
         path: path.to_path_buf(),
         reason,
     };
     // SAFETY: per the function's contract; every table begins with its version.
-    let version = unsafe { (p as *const CK_VERSION).read_unaligned() };
+    let stated = unsafe { (p as *const CK_VERSION).read_unaligned() };
+    if !(2..=3).contains(&stated.major) {
+        let (major, minor) = (stated.major, stated.minor);
+        return Err(bad(format!("unsupported version {major}.{minor}")));
+    }
+    let version = std::cmp::min_by_key(stated, most, |v| (v.major, v.minor));
     let mut fl = CK_FUNCTION_LIST_3_2::default();
-    // SAFETY (the reads below): per the function's contract, the table has the layout of
-    // the version it states.
+    // SAFETY (the reads below): per the function's contract, the table is at least as large
+    // as the layout read.
     match (version.major, version.minor) {
         (2, _) => {
             let src = unsafe { (p as *const CK_FUNCTION_LIST).read_unaligned() };
@@ -363,6 +391,23 @@ unsafe fn read_table(p: *const c_void, path: &Path) -> Result<CK_FUNCTION_LIST_3
     }
     Ok(fl)
 }
+
+/// A handle a module returned for an object it made: `CK_INVALID_HANDLE` (0) with `CKR_OK`
+/// is the module's fault, reported as `CKR_GENERAL_ERROR` rather than handed on as if it named
+/// an object (the metaslot would keep it as a key's clone).
+fn made(h: CK_OBJECT_HANDLE) -> CkResult<CK_OBJECT_HANDLE> {
+    if h == CK_INVALID_HANDLE {
+        Err(CKR_GENERAL_ERROR)
+    } else {
+        Ok(h)
+    }
+}
+
+/// The version of the `CK_FUNCTION_LIST` layout.
+const VERSION_2_40: CK_VERSION = CK_VERSION {
+    major: 2,
+    minor: 40,
+};
 
 /// The interface name of the standard function tables.
 const INTERFACE_NAME: &CStr = c"PKCS 11";
@@ -508,8 +553,9 @@ impl Provider {
                 // SAFETY: the module returned a valid interface.
                 let list = unsafe { iface.read_unaligned() }.pFunctionList;
                 if !list.is_null() {
-                    // SAFETY: the interface's table, static in the module.
-                    return unsafe { read_table(list, path) };
+                    // SAFETY: the interface's table of the version asked for, static in the
+                    // module.
+                    return unsafe { read_table(list, path, CK_VERSION { major: 3, minor }) };
                 }
             }
         }
@@ -536,8 +582,8 @@ impl Provider {
         if list.is_null() {
             return Err(bad("C_GetFunctionList returned a NULL table".into()));
         }
-        // SAFETY: the module's table, static in the module.
-        unsafe { read_table(list as *const c_void, path) }
+        // SAFETY: the module's table, a `CK_FUNCTION_LIST`, static in the module.
+        unsafe { read_table(list as *const c_void, path, VERSION_2_40) }
     }
 
     /// The path the module was loaded from.
@@ -798,7 +844,7 @@ impl Provider {
         match unsafe { f(s, name.as_ptr() as *mut CK_UTF8CHAR, &mut data) } {
             CKR_PENDING => Ok(None),
             CKR_OK => Ok(Some(data)),
-            rv => Err(rv),
+            rv => Err(defined(rv)),
         }
     }
 
@@ -962,7 +1008,7 @@ impl Provider {
         let mut h: CK_OBJECT_HANDLE = 0;
         // SAFETY: a function of the loaded module; a template that lives across the call.
         check(unsafe { f(s, t.as_mut_ptr(), t.count(), &mut h) })?;
-        Ok(h)
+        made(h)
     }
 
     /// `C_CopyObject`.
@@ -978,7 +1024,7 @@ impl Provider {
         let mut h: CK_OBJECT_HANDLE = 0;
         // SAFETY: as in `create_object`.
         check(unsafe { f(s, obj, t.as_mut_ptr(), t.count(), &mut h) })?;
-        Ok(h)
+        made(h)
     }
 
     /// `C_DestroyObject`.
@@ -1049,7 +1095,7 @@ impl Provider {
             CKR_ATTRIBUTE_SENSITIVE | CKR_ATTRIBUTE_TYPE_INVALID | CKR_BUFFER_TOO_SMALL => {
                 return Ok(None)
             }
-            rv => return Err(rv),
+            rv => return Err(defined(rv)),
         }
         if tmpl.iter().any(|a| a.ulValueLen > MAX_LEN) {
             return Ok(None);
@@ -1090,7 +1136,7 @@ impl Provider {
                 CKR_OK => {}
                 CKR_ATTRIBUTE_SENSITIVE => return Ok(AttrValue::Sensitive),
                 CKR_ATTRIBUTE_TYPE_INVALID => return Ok(AttrValue::Invalid),
-                rv => return Err(rv),
+                rv => return Err(defined(rv)),
             }
             let len = a[0].ulValueLen;
             if len == CK_UNAVAILABLE_INFORMATION {
@@ -1112,7 +1158,7 @@ impl Provider {
                     CKR_OK | CKR_BUFFER_TOO_SMALL => None,
                     CKR_ATTRIBUTE_SENSITIVE => Some(AttrValue::Sensitive),
                     CKR_ATTRIBUTE_TYPE_INVALID => Some(AttrValue::Invalid),
-                    rv => return Err(rv),
+                    rv => return Err(defined(rv)),
                 }
             };
             if let Some(v) = answer {
@@ -1155,7 +1201,7 @@ impl Provider {
             CKR_BUFFER_TOO_SMALL => return Ok(None),
             CKR_ATTRIBUTE_SENSITIVE => return Ok(Some(AttrValue::Sensitive)),
             CKR_ATTRIBUTE_TYPE_INVALID => return Ok(Some(AttrValue::Invalid)),
-            rv => return Err(rv),
+            rv => return Err(defined(rv)),
         }
         if entries.iter().any(|e| e.ulValueLen > MAX_LEN) {
             return Err(CKR_GENERAL_ERROR);
@@ -1175,7 +1221,7 @@ impl Provider {
             CKR_BUFFER_TOO_SMALL => return Ok(None),
             CKR_ATTRIBUTE_SENSITIVE => return Ok(Some(AttrValue::Sensitive)),
             CKR_ATTRIBUTE_TYPE_INVALID => return Ok(Some(AttrValue::Invalid)),
-            rv => return Err(rv),
+            rv => return Err(defined(rv)),
         }
         let mut attrs = Vec::with_capacity(n);
         for (e, mut b) in entries.iter().zip(bufs) {
@@ -1750,7 +1796,7 @@ impl Provider {
         // SAFETY: a function of the loaded module; a mechanism and a template that live
         // across the call, an out handle.
         check(unsafe { f(s, m.as_mut_ptr(), t.as_mut_ptr(), t.count(), &mut h) })?;
-        Ok(h)
+        made(h)
     }
 
     /// `C_GenerateKeyPair`: (public, private).
@@ -1785,7 +1831,7 @@ impl Provider {
                 &mut hpriv,
             )
         })?;
-        Ok((hpub, hpriv))
+        Ok((made(hpub)?, made(hpriv)?))
     }
 
     /// `C_WrapKey`.
@@ -1839,7 +1885,7 @@ impl Provider {
                 &mut h,
             )
         })?;
-        Ok(h)
+        made(h)
     }
 
     /// `C_DeriveKey`.
@@ -1866,7 +1912,7 @@ impl Provider {
                 &mut h,
             )
         })?;
-        Ok(h)
+        made(h)
     }
 
     /// `C_EncapsulateKey` (3.2): the ciphertext follows the two-call protocol; the new key's
@@ -1892,7 +1938,11 @@ impl Provider {
         out_call(ciphertext, |p, n| unsafe {
             f(s, mp, public_key, tp, tn, p, n, &mut h)
         })?;
-        Ok((!query).then_some(h))
+        if query {
+            Ok(None)
+        } else {
+            made(h).map(Some)
+        }
     }
 
     /// `C_DecapsulateKey` (3.2).
@@ -1928,7 +1978,7 @@ impl Provider {
                 &mut h,
             )
         })?;
-        Ok(h)
+        made(h)
     }
 
     // ----- Random number generation -----
@@ -1969,7 +2019,96 @@ mod tests {
 
     fn read<T>(t: &T) -> Result<CK_FUNCTION_LIST_3_2, LoadError> {
         // SAFETY: `t` is a table of the version it states (the entries not set are NULL).
-        unsafe { read_table((t as *const T).cast(), Path::new("/m.so")) }
+        unsafe {
+            read_table(
+                (t as *const T).cast(),
+                Path::new("/m.so"),
+                CK_VERSION { major: 3, minor: 2 },
+            )
+        }
+    }
+
+    #[test]
+    fn a_function_list_is_read_as_a_2_40_table_whatever_version_it_states() {
+        // A module without C_GetInterface whose C_GetFunctionList answers a CK_FUNCTION_LIST
+        // stamped 3.0: the 3.x entries past its end are not read (they were, and the
+        // framework called whatever lay there).
+        let stamped = Box::new(CK_FUNCTION_LIST {
+            version: CK_VERSION { major: 3, minor: 0 },
+            C_Initialize: Some(ok_reserved),
+            C_Finalize: Some(ok_reserved),
+            C_GetSlotList: Some(no_slots),
+            C_OpenSession: Some(open),
+            ..Default::default()
+        });
+        // SAFETY: a CK_FUNCTION_LIST, as the 2.40 layout asked for reads.
+        let fl = unsafe {
+            read_table(
+                (&*stamped as *const CK_FUNCTION_LIST).cast(),
+                Path::new("/m.so"),
+                VERSION_2_40,
+            )
+        }
+        .unwrap();
+        assert_eq!((fl.version.major, fl.version.minor), (2, 40));
+        assert!(fl.C_SessionCancel.is_none() && fl.C_LoginUser.is_none());
+        // An interface asked for as 3.0 whose table states 3.2 is read as 3.0.
+        let v30 = CK_FUNCTION_LIST_3_0 {
+            version: CK_VERSION { major: 3, minor: 2 },
+            C_Initialize: Some(ok_reserved),
+            C_Finalize: Some(ok_reserved),
+            C_GetSlotList: Some(no_slots),
+            C_OpenSession: Some(open),
+            C_SessionCancel: Some(cancel),
+            ..Default::default()
+        };
+        // SAFETY: a 3.0 table, as the layout asked for reads.
+        let fl = unsafe {
+            read_table(
+                (&v30 as *const CK_FUNCTION_LIST_3_0).cast(),
+                Path::new("/m.so"),
+                CK_VERSION { major: 3, minor: 0 },
+            )
+        }
+        .unwrap();
+        assert_eq!((fl.version.major, fl.version.minor), (3, 0));
+        assert!(fl.C_SessionCancel.is_some() && fl.C_VerifySignature.is_none());
+    }
+
+    #[test]
+    fn codes_no_specification_names_become_general_error() {
+        assert_eq!(check(0x1234_5678), Err(CKR_GENERAL_ERROR));
+        assert_eq!(check(CKR_SIGNATURE_INVALID), Err(CKR_SIGNATURE_INVALID));
+        assert_eq!(
+            check(CKR_VENDOR_DEFINED | 0x42),
+            Err(CKR_VENDOR_DEFINED | 0x42)
+        );
+        let mut room = [0u8; 8];
+        let mut out = OutBuf::new(Some(&mut room[..]));
+        assert_eq!(
+            out_call(&mut out, |_, _| 0x1234_5678),
+            Err(CKR_GENERAL_ERROR)
+        );
+    }
+
+    #[test]
+    fn too_small_for_a_length_that_fits_is_the_modules_fault() {
+        let mut room = [0u8; 64];
+        let mut out = OutBuf::new(Some(&mut room[..]));
+        let r = out_call(&mut out, |_, n| {
+            // SAFETY: the length pointer out_call gives.
+            unsafe { *n = 1 };
+            CKR_BUFFER_TOO_SMALL
+        });
+        assert_eq!(r, Err(CKR_GENERAL_ERROR));
+        // A length beyond the room is the protocol: reported, with CKR_BUFFER_TOO_SMALL.
+        let mut out = OutBuf::new(Some(&mut room[..]));
+        let r = out_call(&mut out, |_, n| {
+            // SAFETY: as above.
+            unsafe { *n = 65 };
+            CKR_BUFFER_TOO_SMALL
+        });
+        assert_eq!((r, out.len()), (Err(CKR_BUFFER_TOO_SMALL), 65));
     }
 
     #[test]

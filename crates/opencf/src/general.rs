@@ -120,11 +120,11 @@ impl OpenCf {
             }
         }
         Ok(OpenCf {
+            clones: route::CloneCache::new(provs.len()),
             providers: provs,
             slots,
             meta,
             sessions: Sessions::default(),
-            clones: route::CloneCache::default(),
         })
     }
 

@@ -25,22 +25,31 @@ fn key_handle_error(e: CK_RV) -> CK_RV {
     }
 }
 
+/// The output room of the call that ends an operation in a provider without
+/// `C_SessionCancel` ([`OpenCf::end_in_provider`]): more than any signature, digest or last
+/// blocks of the mechanisms served.
+const END_ROOM: usize = 64 << 10;
+/// The most room that call is given when the provider asks for more than [`END_ROOM`].
+const END_ROOM_MAX: usize = 256 << 20;
+
 /// Errors after which the next candidate provider is tried. Every other error (argument
-/// errors, bad handles, session state) goes back to the caller at once.
+/// errors, bad handles, session state) goes back to the caller at once. A vendor-defined code
+/// means nothing to slot 0's caller, who did not choose the provider: the next one is tried.
 pub fn recoverable(rv: CK_RV) -> bool {
-    matches!(
-        rv,
-        CKR_DEVICE_ERROR
-            | CKR_DEVICE_MEMORY
-            | CKR_HOST_MEMORY
-            | CKR_FUNCTION_FAILED
-            | CKR_KEY_SIZE_RANGE
-            | CKR_MECHANISM_INVALID
-            | CKR_KEY_TYPE_INCONSISTENT
-            | CKR_GENERAL_ERROR
-            | CKR_FUNCTION_NOT_SUPPORTED
-            | CKR_DEVICE_REMOVED
-    )
+    rv >= CKR_VENDOR_DEFINED
+        || matches!(
+            rv,
+            CKR_DEVICE_ERROR
+                | CKR_DEVICE_MEMORY
+                | CKR_HOST_MEMORY
+                | CKR_FUNCTION_FAILED
+                | CKR_KEY_SIZE_RANGE
+                | CKR_MECHANISM_INVALID
+                | CKR_KEY_TYPE_INCONSISTENT
+                | CKR_GENERAL_ERROR
+                | CKR_FUNCTION_NOT_SUPPORTED
+                | CKR_DEVICE_REMOVED
+        )
 }
 
 /// A key's clone in another provider: its handle there, and the key's guards
@@ -53,14 +62,15 @@ struct KeyClone {
 /// Clones of keystore keys in other providers: (keystore handle, provider index) → the clone.
 /// The clones are session objects of the provider's framework-owned session
 /// ([`crate::providers::Prov::internal_session`]).
-#[derive(Default)]
 pub struct CloneCache {
     map: RwLock<Clones>,
     /// How many clones `map` holds, kept by [`Writing`]: with none (every application that
     /// uses the providers' own slots only), a pass-through call checks no lock.
     count: AtomicUsize,
-    /// Serializes clone creation so two threads do not clone the same key twice.
-    making: Mutex<()>,
+    /// Serializes clone creation into each provider, so two threads do not clone the same key
+    /// twice there; one lock per provider, so a provider slow to take a clone holds up no
+    /// other provider's.
+    making: Box<[Mutex<()>]>,
 }
 
 /// The cache locked for a change; the count follows the change when it is dropped.
@@ -121,6 +131,14 @@ impl Clones {
 }
 
 impl CloneCache {
+    /// An empty cache for `providers` providers.
+    pub fn new(providers: usize) -> CloneCache {
+        CloneCache {
+            map: RwLock::default(),
+            count: AtomicUsize::new(0),
+            making: (0..providers).map(|_| Mutex::new(())).collect(),
+        }
+    }
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Clones> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -459,7 +477,9 @@ impl OpenCf {
         if let Some(h) = self.clones.get(key, prov, &guards) {
             return Ok(Some(h));
         }
-        let _g = self.clones.making.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.clones.making[prov]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(h) = self.clones.get(key, prov, &guards) {
             return Ok(Some(h));
         }
@@ -1099,7 +1119,45 @@ impl OpenCf {
     #[cold]
     fn ended_in_provider(&self, b: &Bound, kind: OpKind, e: CK_RV) {
         if e != CKR_PENDING {
-            let _ = self.p(b.prov).session_cancel(b.h, kind.flag());
+            let _ = self.end_in_provider(b.prov, b.h, kind);
+        }
+    }
+
+    /// Ends the operation of `kind` in session `h` of provider `prov`: with
+    /// `C_SessionCancel`, or, in a provider without it (a PKCS#11 2.40 module), with the call
+    /// that finishes the operation, which ends it on every answer but `CKR_BUFFER_TOO_SMALL`
+    /// (PKCS#11 3.2 §5.2). Its output room holds any last output of the mechanisms served (a
+    /// signature, a digest, the last blocks); a larger one the provider asks for (a decryption
+    /// that gives all its output at the end) is given up to [`END_ROOM_MAX`].
+    /// `CKR_OPERATION_CANCEL_FAILED` when the operation could not be ended.
+    #[cold]
+    pub fn end_in_provider(&self, prov: usize, h: CK_SESSION_HANDLE, kind: OpKind) -> CkResult<()> {
+        let p = self.p(prov);
+        match p.session_cancel(h, kind.flag()) {
+            Err(CKR_FUNCTION_NOT_SUPPORTED) => {}
+            r => return r,
+        }
+        let mut room = vec![0u8; END_ROOM];
+        loop {
+            let mut out = OutBuf::new(Some(&mut room[..]));
+            let r = match kind {
+                OpKind::Encrypt => p.encrypt_final(h, &mut out),
+                OpKind::Decrypt => p.decrypt_final(h, &mut out),
+                OpKind::Sign => p.sign_final(h, &mut out),
+                OpKind::Digest => p.digest_final(h, &mut out),
+                OpKind::Verify => p.verify_final(h, &[]),
+                OpKind::VerifySignature => p.verify_signature_final(h),
+                OpKind::SignRecover => p.sign_recover(h, &[], &mut out),
+                OpKind::VerifyRecover => p.verify_recover(h, &[], &mut out),
+            };
+            if r != Err(CKR_BUFFER_TOO_SMALL) {
+                return Ok(());
+            }
+            let want = out.len();
+            if want <= room.len() || want > END_ROOM_MAX {
+                return Err(CKR_OPERATION_CANCEL_FAILED);
+            }
+            room = vec![0u8; want];
         }
     }
 
@@ -1133,15 +1191,11 @@ impl OpenCf {
         op.bound = None;
         if self.bind(ms, kind, op, want..from.idx, Some(len)).is_ok() {
             let to = op.bound.expect("bound");
-            if self
-                .p(from.prov)
-                .session_cancel(from.h, kind.flag())
-                .is_ok()
-            {
+            if self.end_in_provider(from.prov, from.h, kind).is_ok() {
                 return;
             }
             // `from` keeps its operation: the new one is given up.
-            let _ = self.p(to.prov).session_cancel(to.h, kind.flag());
+            let _ = self.end_in_provider(to.prov, to.h, kind);
         }
         op.bound = Some(from);
     }
@@ -1192,6 +1246,12 @@ impl OpenCf {
         op.bytes += len as u64;
         if ends(&r) {
             ran(b.counters, &r, op.bytes, None);
+            // An error ends the operation here, so it must end in the provider too, also when
+            // the error was not the provider's own (a length it reported beyond the room, which
+            // the framework refused) or the provider kept it (see `ended_in_provider`).
+            if let Err(e) = r {
+                self.ended_in_provider(&b, kind, e);
+            }
         } else {
             ms.ops[kind as usize] = Some(op);
         }

@@ -145,12 +145,12 @@ impl OpenCf {
                 }
                 if let Some(op) = ms.ops[k as usize].take() {
                     if let Some(b) = op.bound {
-                        let _ = self.p(b.prov).session_cancel(b.h, k.flag());
+                        let _ = self.end_in_provider(b.prov, b.h, k);
                     }
                 }
                 // A call that answered `CKR_PENDING` is still active where it runs.
                 if let Some((prov, h)) = ms.take_pending(k) {
-                    let _ = self.p(prov).session_cancel(h, k.flag());
+                    let _ = self.end_in_provider(prov, h, k);
                 }
             }
             if flags & CKF_FIND_OBJECTS != 0 && ms.finding {

@@ -22,6 +22,7 @@
  * - handles of private objects are invalid after C_Logout, "even if a user is later logged
  *   back into the token", and a search begun before the logout no longer returns them;
  * - CKF_LIBRARY_CANT_CREATE_OS_THREADS: refused (CKR_NEED_TO_CREATE_THREADS) or kept;
+ * - fork() while other threads use the keystore: the child's C_Initialize returns;
  * - key-handling rules: only the SO makes a key CKA_TRUSTED (in every call that makes one);
  *   a wrapping key's CKA_WRAP_TEMPLATE limits the keys it wraps; an unwrapping or base key's
  *   CKA_UNWRAP_TEMPLATE or CKA_DERIVE_TEMPLATE is applied to the new key, a caller's
@@ -36,9 +37,12 @@
  * "changeme" is changed on the first login.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "pkcs11.h"
 #include "ckr_names.h"
@@ -621,6 +625,70 @@ static void generated_keys_follow_their_content(CK_SESSION_HANDLE s)
            CKR_OK);
 }
 
+/* fork() while other threads work in the keystore: the child's C_Initialize (PKCS#11 3.2
+ * §5.4: a forked child initializes again) must return, whatever the parent's threads were
+ * doing at the fork. A child that does not finish in 8 s (the keystore's busy timeout is 10 s)
+ * is killed by its alarm and counted. */
+static volatile int keystore_busy;
+
+static void *keystore_churn(void *arg)
+{
+    (void)arg;
+    CK_SESSION_HANDLE s = open_rw();
+    CK_OBJECT_CLASS cls = CKO_SECRET_KEY;
+    CK_ATTRIBUTE ta[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_TOKEN, T), A(CKA_ENCRYPT, T) };
+    CK_ATTRIBUTE find[] = { A(CKA_CLASS, cls) };
+    while (keystore_busy) {
+        CK_OBJECT_HANDLE h, found[8];
+        CK_ULONG n;
+        if (F->C_CreateObject(s, ta, NA(ta), &h) == CKR_OK)
+            F->C_DestroyObject(s, h);
+        if (F->C_FindObjectsInit(s, find, NA(find)) == CKR_OK) {
+            F->C_FindObjects(s, found, 8, &n);
+            F->C_FindObjectsFinal(s);
+        }
+    }
+    F->C_CloseSession(s);
+    return NULL;
+}
+
+static void fork_while_the_keystore_is_busy(void)
+{
+    pthread_t t[2];
+    keystore_busy = 1;
+    for (size_t i = 0; i < NA(t); i++)
+        pthread_create(&t[i], NULL, keystore_churn, NULL);
+    int hung = 0, failed = 0;
+    const int forks = 20;
+    for (int i = 0; i < forks; i++) {
+        usleep(20 * 1000);
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(8);
+            CK_SESSION_HANDLE s;
+            int ok = F->C_Initialize(NULL) == CKR_OK &&
+                     F->C_OpenSession(SLOT, CKF_SERIAL_SESSION, NULL, NULL, &s) == CKR_OK &&
+                     F->C_Finalize(NULL) == CKR_OK;
+            _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (WIFSIGNALED(st))
+            hung++;
+        else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            failed++;
+    }
+    keystore_busy = 0;
+    for (size_t i = 0; i < NA(t); i++)
+        pthread_join(t[i], NULL);
+    printf("%s fork while threads use the keystore: %d of %d children hung, %d failed\n",
+           hung || failed ? "FAIL" : "ok  ", hung, forks, failed);
+    if (hung || failed)
+        failures++;
+}
+
 /* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with
  * CKR_NEED_TO_CREATE_THREADS or keeps its word, here through a large AES-GCM encryption that
  * the accelerator's bulk engine would split over threads. */
@@ -709,6 +777,7 @@ int main(int argc, char **argv)
     unwrap_and_derive_templates(s);
     made_keys_follow_their_content(s);
     generated_keys_follow_their_content(s);
+    fork_while_the_keystore_is_busy();
     F->C_CloseSession(s);
     F->C_Finalize(NULL);
     printf("%s: %d failed\n", argv[1], failures);

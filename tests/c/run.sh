@@ -26,7 +26,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 fi
 cc $CFLAGS -Itests/c -o target/badinput tests/c/badinput.c -ldl
 cc $CFLAGS -Itests/c -o target/seqdiff tests/c/seqdiff.c -ldl
-cc $CFLAGS -Itests/c -o target/oplife tests/c/oplife.c -ldl
+cc $CFLAGS -Itests/c -o target/oplife tests/c/oplife.c -ldl -lpthread
 cc $CFLAGS -Itests/c -o target/hostile tests/c/hostile.c -ldl -lpthread
 # The lying provider is loaded by the (uninstrumented) framework: built without sanitizers.
 mkdir -p target/liar

@@ -21,9 +21,12 @@
 //!   cached reference on their next call (or when they exit), so the value itself may be
 //!   dropped a little later, on another thread: a backend releases its resources in
 //!   `finalize`, not only in `Drop`.
-//! * **Fork.** At the first `C_Initialize` a `pthread_atfork` child handler is registered.
-//!   In the child it does only async-signal-safe work (atomic stores): it bumps a fork counter
-//!   and the generation, marks the slot stale and force-unlocks the spin lock. Every call in
+//! * **Fork.** At the first `C_Initialize` `pthread_atfork` handlers are registered. Before
+//!   the fork, the prepare handler waits until no thread is inside the keystore's SQLite
+//!   ([`fork_quiet`]), so the child inherits none of its mutexes held and no transaction half
+//!   done. In the child the handler does only async-signal-safe work (atomic stores, the
+//!   gate's release): it bumps a fork counter and the generation, marks the slot stale and
+//!   force-unlocks the spin lock. Every call in
 //!   the child then answers `CKR_CRYPTOKI_NOT_INITIALIZED` until the child calls
 //!   `C_Initialize`, which `std::mem::forget`s the parent's instance (its SQLite connections,
 //!   mutexes and threads belong to the parent; dropping them in the child is unsafe) and
@@ -123,20 +126,63 @@ impl Drop for SlotGuard {
     }
 }
 
-/// The fork child handler: atomics only (async-signal-safe).
+/// The fork child handler: atomics, and the release of the fork gate (an atomic store and at
+/// most a futex wake, which are async-signal-safe).
 extern "C" fn atfork_child() {
     FORKS.fetch_add(1, Ordering::SeqCst);
     SLOT.stale.store(true, Ordering::SeqCst);
     GENERATION.0.fetch_add(1, Ordering::SeqCst);
     SLOT.lock.store(false, Ordering::SeqCst);
+    fork_gate_open();
+}
+
+/// Held by a thread while it works in state that a fork child inherits and must find whole:
+/// the software token's SQLite keystore, whose library keeps process-wide mutexes and lock
+/// counts. `fork()` waits (its prepare handler takes the gate's other side) until no thread
+/// holds one, so the child never inherits a mutex held or a transaction half done; then the
+/// gate opens again in the parent and in the child ([`fork_quiet`]).
+static FORK_GATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+thread_local! {
+    /// The gate's side taken by the prepare handler, kept until the parent or child handler,
+    /// which run in the same (forking) thread.
+    static FORK_GATE_HELD: RefCell<Option<std::sync::RwLockWriteGuard<'static, ()>>> =
+        const { RefCell::new(None) };
+}
+
+/// Keeps `fork()` waiting until it is dropped (see [`fork_quiet`]).
+pub struct ForkQuiet(#[allow(dead_code)] std::sync::RwLockReadGuard<'static, ()>);
+
+/// A guard under which this thread may work in state a fork child must not inherit half
+/// changed: a `fork()` in another thread waits until every such guard is dropped. Cheap (one
+/// uncontended read lock); never held across a call that could wait for a fork.
+pub fn fork_quiet() -> ForkQuiet {
+    ForkQuiet(FORK_GATE.read().unwrap_or_else(|e| e.into_inner()))
+}
+
+extern "C" fn atfork_prepare() {
+    let held = FORK_GATE.write().unwrap_or_else(|e| e.into_inner());
+    FORK_GATE_HELD.with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn atfork_parent() {
+    fork_gate_open();
+}
+
+fn fork_gate_open() {
+    let _ = FORK_GATE_HELD.try_with(|h| h.borrow_mut().take());
 }
 
 fn register_atfork() {
     if !ATFORK_REGISTERED.swap(true, Ordering::AcqRel) {
-        // SAFETY: registers a handler that only touches atomics; the handler stays valid for
-        // as long as this library is loaded (glibc unregisters it when the library is unloaded).
+        // SAFETY: registers handlers that touch atomics and the fork gate only; they stay
+        // valid for as long as this library is loaded (glibc unregisters them when the library
+        // is unloaded).
         unsafe {
-            libc::pthread_atfork(None, None, Some(atfork_child));
+            libc::pthread_atfork(
+                Some(atfork_prepare),
+                Some(atfork_parent),
+                Some(atfork_child),
+            );
         }
     }
 }

@@ -369,6 +369,28 @@ fn sealer_for(private: bool, mk: Option<&MasterKey>) -> Result<Option<Gcm>, Stor
     }
 }
 
+/// The keystore's connection, locked, and the fork gate held while it is: a `fork()` in
+/// another thread waits until no thread is inside SQLite, whose process-wide mutexes and lock
+/// counts a child would otherwise inherit held (a child's `C_Initialize` then waited forever
+/// on a mutex of its fresh connection, or on a write lock no process held).
+struct Locked<'a> {
+    conn: MutexGuard<'a, Connection>,
+    _quiet: opencf_abi::instance::ForkQuiet,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
 impl TokenStore {
     /// Opens the token database, creating missing directories (0700) and the
     /// file (0600). Sets WAL mode, `synchronous=FULL`, a 10 s busy timeout and
@@ -376,6 +398,8 @@ impl TokenStore {
     /// version. A file that is not an SQLite database, or not ours, gives
     /// [`StoreError::Corrupt`].
     pub fn open(path: &Path) -> Result<TokenStore, StoreError> {
+        // SQLite is entered here too: a fork waits (see `Locked`).
+        let _quiet = opencf_abi::instance::fork_quiet();
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             schema::create_private_dirs(parent)?;
         }
@@ -433,10 +457,16 @@ impl TokenStore {
         &self.path
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    fn lock(&self) -> Locked<'_> {
+        // A fork waits while the connection is in use (see `Locked`); taken first, so that a
+        // fork waiting for it holds up no thread that waits for the connection.
+        let quiet = opencf_abi::instance::fork_quiet();
         // A panic while holding the lock leaves no transaction open (the
         // Transaction guard rolls back on unwind), so a poisoned lock is usable.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        Locked {
+            conn: self.conn.lock().unwrap_or_else(|p| p.into_inner()),
+            _quiet: quiet,
+        }
     }
 
     fn immediate<'c>(conn: &'c mut Connection, what: &str) -> Result<Transaction<'c>, StoreError> {

@@ -3,8 +3,9 @@
 # accelerator provider, then the differential sequence test (seqdiff.c): random call
 # sequences through slot 0 of the framework, and through the software token's own slot
 # there, must get the answers the softtoken gives when loaded alone. Last, the operation
-# life-cycle and login rules (oplife.c) on the softtoken and on slot 0, and slot 0 in front of
-# a provider that lies (hostile.c, liar.c).
+# life-cycle and login rules (oplife.c) on the softtoken and on slot 0, one keystore used by
+# several processes at once (multiproc.c), and slot 0 in front of a provider that lies
+# (hostile.c, liar.c).
 #   MODULE=path/to/module.so tests/c/run.sh     (default: release softtoken)
 #   SANITIZE=0 tests/c/run.sh                   (build without ASan/UBSan)
 #   SEQDIFF_FIRST=N SEQDIFF_SEEDS=N SEQDIFF_STEPS=N tests/c/run.sh
@@ -28,6 +29,7 @@ cc $CFLAGS -Itests/c -o target/badinput tests/c/badinput.c -ldl
 cc $CFLAGS -Itests/c -o target/seqdiff tests/c/seqdiff.c -ldl
 cc $CFLAGS -Itests/c -o target/oplife tests/c/oplife.c -ldl -lpthread
 cc $CFLAGS -Itests/c -o target/hostile tests/c/hostile.c -ldl -lpthread
+cc $CFLAGS -Itests/c -o target/multiproc tests/c/multiproc.c -ldl
 # The lying provider is loaded by the (uninstrumented) framework: built without sanitizers.
 mkdir -p target/liar
 cc -Wall -Werror -O1 -g -shared -fPIC -Itests/c -o target/liar/liar.so tests/c/liar.c -lpthread
@@ -64,6 +66,15 @@ for m in target/release/libopencf_softtoken.so "$FRAMEWORK"; do
     d=$(mktemp -d)
     env -u OPENCF_CONF OPENCF_SOFTTOKEN_DIR="$d/token" XDG_CONFIG_HOME="$d/config" \
         OPENCF_STAT_DIR="$d/stat" ./target/oplife "$m" 0 || { rm -rf "$d"; exit 1; }
+    rm -rf "$d"
+done
+# One keystore, several processes at once: this one on the software token alone, then on
+# slot 0; the others on the software token module.
+for m in target/release/libopencf_softtoken.so "$FRAMEWORK"; do
+    d=$(mktemp -d)
+    env -u OPENCF_CONF OPENCF_SOFTTOKEN_DIR="$d/token" XDG_CONFIG_HOME="$d/config" \
+        OPENCF_STAT_DIR="$d/stat" ./target/multiproc "$m" 0 target/release/libopencf_softtoken.so \
+        || { rm -rf "$d"; exit 1; }
     rm -rf "$d"
 done
 # Slot 0 in front of a provider that lies, before the software token.

@@ -158,14 +158,10 @@ impl SoftToken {
         let origin = Origin::Generated(m.mechanism);
         let pa = self.build_object(&sess, &pt, pm, origin, Some(CKO_PUBLIC_KEY))?;
         let qa = self.build_object(&sess, &qt, qm, origin, Some(CKO_PRIVATE_KEY))?;
-        let ph = self.store_object(&sess, pa)?;
-        match self.store_object(&sess, qa) {
-            Ok(qh) => Ok((ph, qh)),
-            Err(e) => {
-                let _ = self.destroy_object(s, ph);
-                Err(e)
-            }
-        }
+        // Both keys or neither, in one keystore transaction: a process killed between two
+        // writes left public keys without their private halves.
+        let h = self.store_objects(&sess, vec![pa, qa])?;
+        Ok((h[0], h[1]))
     }
 
     /// `C_WrapKey`.

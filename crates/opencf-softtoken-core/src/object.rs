@@ -28,9 +28,17 @@ pub struct Object {
     pub cache: KeyCache,
     /// Keystore id of a token object.
     pub store_id: Option<i64>,
+    /// The keystore version of a token object these attributes are (0 for a session
+    /// object): a change is written only over this version
+    /// ([`crate::store::TokenStore::update_object`]).
+    pub version: u64,
     /// The session that owns a session object.
     pub owner: Option<CK_SESSION_HANDLE>,
 }
+
+/// How often `C_SetAttributeValue` makes its change again when other processes change the
+/// object between its read and its write.
+const SET_ATTRIBUTE_TRIES: usize = 16;
 
 impl Object {
     /// A new in-memory object.
@@ -49,8 +57,14 @@ impl Object {
             attrs,
             cache: KeyCache::default(),
             store_id,
+            version: 0,
             owner,
         }
+    }
+    /// The object as keystore version `version` of it.
+    pub fn at_version(mut self, version: u64) -> Object {
+        self.version = version;
+        self
     }
     /// A token (persistent) object.
     pub fn is_token(&self) -> bool {
@@ -181,41 +195,72 @@ impl SoftToken {
     /// Stores a complete attribute set as a new object (session or token) and returns its
     /// handle. Token objects are durable when this returns.
     pub fn store_object(&self, sess: &Session, attrs: AttrMap) -> CkResult<CK_OBJECT_HANDLE> {
-        let token = attrs.is_true(CKA_TOKEN);
-        let private = Token::attrs_private(&attrs);
-        self.check_writable(sess, token, private)?;
-        let handle = self.new_object_handle();
-        let mut attrs = attrs;
-        forget_key_info(&mut attrs);
-        attrs.insert(
-            CKA_UNIQUE_ID,
-            format!("{:016x}", self.new_unique_id()).into_bytes(),
-        );
-        if token {
-            let store = sess.token.store()?;
-            let mk = sess.token.master_key();
-            let id = store
-                .insert_object(private, &attrs, mk.as_ref())
-                .map_err(store_err)?;
-            self.objects.insert(
-                handle,
-                Arc::new(Object::new(self, handle, sess.slot, attrs, Some(id), None)),
+        Ok(self.store_objects(sess, vec![attrs])?[0])
+    }
+
+    /// Stores several new objects (the two keys of a pair) and returns their handles, in
+    /// order: the token objects among them in one keystore transaction, so that all of them
+    /// are stored or none, also when the process is killed halfway.
+    pub fn store_objects(
+        &self,
+        sess: &Session,
+        objects: Vec<AttrMap>,
+    ) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
+        let mut made = Vec::with_capacity(objects.len());
+        for mut attrs in objects {
+            let token = attrs.is_true(CKA_TOKEN);
+            let private = Token::attrs_private(&attrs);
+            self.check_writable(sess, token, private)?;
+            forget_key_info(&mut attrs);
+            attrs.insert(
+                CKA_UNIQUE_ID,
+                format!("{:016x}", self.new_unique_id()).into_bytes(),
             );
-            sess.token.note_written(id, handle);
-        } else {
-            self.objects.insert(
-                handle,
-                Arc::new(Object::new(
-                    self,
-                    handle,
-                    sess.slot,
-                    attrs,
-                    None,
-                    Some(sess.handle),
-                )),
-            );
+            made.push((token, private, attrs));
         }
-        Ok(handle)
+        let stored: Vec<(bool, &AttrMap)> = made
+            .iter()
+            .filter(|(token, ..)| *token)
+            .map(|(_, private, attrs)| (*private, attrs))
+            .collect();
+        let mut ids = if stored.is_empty() {
+            Vec::new()
+        } else {
+            let mk = sess.token.master_key();
+            sess.token
+                .store()?
+                .insert_objects(&stored, mk.as_ref())
+                .map_err(store_err)?
+        }
+        .into_iter();
+        let mut handles = Vec::with_capacity(made.len());
+        for (token, _, attrs) in made {
+            let handle = self.new_object_handle();
+            if token {
+                let id = ids.next().expect("one id per token object");
+                self.objects.insert(
+                    handle,
+                    Arc::new(
+                        Object::new(self, handle, sess.slot, attrs, Some(id), None).at_version(1),
+                    ),
+                );
+                sess.token.note_written(id, 1, handle);
+            } else {
+                self.objects.insert(
+                    handle,
+                    Arc::new(Object::new(
+                        self,
+                        handle,
+                        sess.slot,
+                        attrs,
+                        None,
+                        Some(sess.handle),
+                    )),
+                );
+            }
+            handles.push(handle);
+        }
+        Ok(handles)
     }
 
     /// Builds a new key or object from a template: policy checks, defaults, key material
@@ -384,7 +429,10 @@ impl SoftToken {
             .collect())
     }
 
-    /// `C_SetAttributeValue`.
+    /// `C_SetAttributeValue`. A token object's change is written over the keystore version
+    /// it was made from: when another process changed the object in between, nothing is
+    /// written, and the change is made again from the object as it is now (its rules
+    /// checked again), so no process's change is lost or undone.
     pub fn set_attribute_value(
         &self,
         s: CK_SESSION_HANDLE,
@@ -393,43 +441,55 @@ impl SoftToken {
     ) -> CkResult<()> {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
-        let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
-        if !obj.attrs.flag(CKA_MODIFIABLE)?.unwrap_or(true) {
-            return Err(CKR_ACTION_PROHIBITED);
-        }
-        self.check_writable(&sess, obj.is_token(), false)?;
         let t = attrs::from_template(template)?;
-        let so = sess.token.login() == LOGGED_SO;
-        let current = obj.attrs_for(&t);
-        for (k, v) in &t {
-            policy::check_change(&current, *k, v, so, false)?;
-        }
-        let mut attrs = obj.attrs.clone();
-        for (k, v) in t {
-            attrs.insert(k, v);
-        }
-        forget_key_info(&mut attrs);
-        if let Some(id) = obj.store_id {
-            let mk = sess.token.master_key();
-            sess.token
-                .store()?
-                .update_object(id, obj.is_private(), &attrs, mk.as_ref())
-                .map_err(store_err)?;
-            sess.token.note_written(id, h);
-        }
-        self.objects.insert(
-            h,
-            Arc::new(Object::new(
-                self,
+        for _ in 0..SET_ATTRIBUTE_TRIES {
+            let obj = self.visible_object(&sess, h, CKR_OBJECT_HANDLE_INVALID)?;
+            if !obj.attrs.flag(CKA_MODIFIABLE)?.unwrap_or(true) {
+                return Err(CKR_ACTION_PROHIBITED);
+            }
+            self.check_writable(&sess, obj.is_token(), false)?;
+            let so = sess.token.login() == LOGGED_SO;
+            let current = obj.attrs_for(&t);
+            for (k, v) in &t {
+                policy::check_change(&current, *k, v, so, false)?;
+            }
+            let mut attrs = obj.attrs.clone();
+            for (k, v) in &t {
+                attrs.insert(*k, v.clone());
+            }
+            forget_key_info(&mut attrs);
+            let mut version = 0;
+            if let Some(id) = obj.store_id {
+                let mk = sess.token.master_key();
+                match sess.token.store()?.update_object(
+                    id,
+                    obj.version,
+                    obj.is_private(),
+                    &attrs,
+                    mk.as_ref(),
+                ) {
+                    Ok(v) => version = v,
+                    Err(crate::store::StoreError::Stale) => {
+                        // Another process changed the object: read it again, start over.
+                        sess.token.refresh(self, false)?;
+                        continue;
+                    }
+                    Err(e) => return Err(store_err(e)),
+                }
+                sess.token.note_written(id, version, h);
+            }
+            self.objects.insert(
                 h,
-                obj.slot,
-                attrs,
-                obj.store_id,
-                obj.owner,
-            )),
-        );
-        self.bump_epoch();
-        Ok(())
+                Arc::new(
+                    Object::new(self, h, obj.slot, attrs, obj.store_id, obj.owner)
+                        .at_version(version),
+                ),
+            );
+            self.bump_epoch();
+            return Ok(());
+        }
+        // Another process changed the object at every try.
+        Err(CKR_FUNCTION_FAILED)
     }
 
     /// `C_FindObjectsInit`.

@@ -148,6 +148,21 @@ impl Token {
     /// created, changed or deleted. `force` re-reads even if nothing changed on disk (after
     /// login, when private objects become readable).
     pub fn refresh(&self, st: &SoftToken, force: bool) -> CkResult<()> {
+        match self.refresh_once(st, force) {
+            // The master key of this process's login is no longer the token's: another
+            // process initialized the token again, which ends the login to the token it
+            // replaced (its private objects and their handles go with it), and the objects
+            // of the new token are read as a public session sees them.
+            Err(CKR_USER_NOT_LOGGED_IN) if self.user_logged_in() => {
+                st.logout_token(self);
+                self.refresh_once(st, true)
+            }
+            r => r,
+        }
+    }
+
+    /// [`Token::refresh`] with the login as it is.
+    fn refresh_once(&self, st: &SoftToken, force: bool) -> CkResult<()> {
         let Some(store) = self.store.get() else {
             return Ok(());
         };
@@ -156,7 +171,6 @@ impl Token {
         if !force && dv == sync.data_version {
             return Ok(());
         }
-        sync.data_version = dv;
         let mk = if self.user_logged_in() {
             self.master_key()
         } else {
@@ -220,7 +234,9 @@ impl Token {
             let handle = known.map(|k| k.1).unwrap_or_else(|| st.new_object_handle());
             st.objects.insert(
                 handle,
-                Arc::new(Object::new(st, handle, self.slot, attrs, Some(id), None)),
+                Arc::new(
+                    Object::new(st, handle, self.slot, attrs, Some(id), None).at_version(version),
+                ),
             );
             sync.known.insert(id, (version, handle));
             changed = true;
@@ -241,6 +257,9 @@ impl Token {
         if changed {
             st.bump_epoch();
         }
+        // Only now: a refresh that failed halfway (a keystore error, a master key that is no
+        // longer the token's) is made again at the next sync point, not taken as done.
+        sync.data_version = dv;
         Ok(())
     }
 
@@ -287,16 +306,12 @@ impl Token {
         st.bump_epoch();
     }
 
-    /// Records that this process wrote object `id` at `version` under `handle`.
-    pub fn note_written(&self, id: i64, handle: CK_OBJECT_HANDLE) {
+    /// Records that this process wrote object `id` at `version` under `handle`: the version
+    /// its write made, not one read after it, which another process's later write could
+    /// have made (this process would then never load that write).
+    pub fn note_written(&self, id: i64, version: u64, handle: CK_OBJECT_HANDLE) {
         let mut sync = self.sync.lock().unwrap_or_else(|e| e.into_inner());
-        let v = self
-            .store
-            .get()
-            .and_then(|s| s.object_versions().ok())
-            .and_then(|vs| vs.into_iter().find(|(i, _, _)| *i == id).map(|(_, v, _)| v))
-            .unwrap_or(0);
-        sync.known.insert(id, (v, handle));
+        sync.known.insert(id, (version, handle));
     }
 
     /// Forgets object `id` after this process deleted it.

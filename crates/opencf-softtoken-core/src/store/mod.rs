@@ -47,9 +47,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use opencf_abi::shm::SharedCells;
 use opencf_abi::sys::{
-    CKR_DEVICE_ERROR, CKR_DEVICE_MEMORY, CKR_OBJECT_HANDLE_INVALID, CKR_PIN_INCORRECT,
-    CKR_PIN_LEN_RANGE, CKR_PIN_LOCKED, CKR_USER_NOT_LOGGED_IN, CKR_USER_PIN_NOT_INITIALIZED,
-    CK_ATTRIBUTE_TYPE, CK_RV, CK_USER_TYPE,
+    CKR_DEVICE_ERROR, CKR_DEVICE_MEMORY, CKR_FUNCTION_FAILED, CKR_OBJECT_HANDLE_INVALID,
+    CKR_PIN_INCORRECT, CKR_PIN_LEN_RANGE, CKR_PIN_LOCKED, CKR_USER_NOT_LOGGED_IN,
+    CKR_USER_PIN_NOT_INITIALIZED, CK_ATTRIBUTE_TYPE, CK_RV, CK_USER_TYPE,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use zeroize::Zeroizing;
@@ -116,17 +116,21 @@ pub enum StoreError {
     Full(String),
     /// Any other failure (file system, SQLite, OpenSSL).
     Io(String),
+    /// An update made from a version of the object that another process has changed since
+    /// ([`TokenStore::update_object`]): nothing was written.
+    Stale,
 }
 
 impl StoreError {
     /// The PKCS#11 return value: `Pin(rv)` gives `rv`; `Full` gives `CKR_DEVICE_MEMORY`
     /// ("the token does not have sufficient memory"); `Corrupt` and `Io` give
-    /// `CKR_DEVICE_ERROR`.
+    /// `CKR_DEVICE_ERROR`; `Stale` (which callers retry) `CKR_FUNCTION_FAILED`.
     pub fn rv(&self) -> CK_RV {
         match self {
             StoreError::Pin(rv) => *rv,
             StoreError::Full(_) => CKR_DEVICE_MEMORY,
             StoreError::Corrupt(_) | StoreError::Io(_) => CKR_DEVICE_ERROR,
+            StoreError::Stale => CKR_FUNCTION_FAILED,
         }
     }
 }
@@ -138,6 +142,7 @@ impl fmt::Display for StoreError {
             StoreError::Corrupt(m) => write!(f, "token database corrupt: {m}"),
             StoreError::Io(m) => write!(f, "token database error: {m}"),
             StoreError::Full(m) => write!(f, "no space left for the token database: {m}"),
+            StoreError::Stale => write!(f, "the object was changed by another process"),
         }
     }
 }
@@ -704,34 +709,55 @@ impl TokenStore {
         attrs: &AttrMap,
         mk: Option<&MasterKey>,
     ) -> Result<i64, StoreError> {
-        let mut sealer = sealer_for(private, mk)?;
+        Ok(self.insert_objects(&[(private, attrs)], mk)?[0])
+    }
+
+    /// Inserts several objects in one transaction (the two halves of a key pair): all are
+    /// stored or none, also when the process is killed halfway. Their ids, in order, each at
+    /// version 1.
+    pub fn insert_objects(
+        &self,
+        objects: &[(bool, &AttrMap)],
+        mk: Option<&MasterKey>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut sealers = objects
+            .iter()
+            .map(|(private, _)| sealer_for(*private, mk))
+            .collect::<Result<Vec<_>, _>>()?;
         let what = "inserting object";
         let mut conn = self.lock();
         let tx = Self::immediate(&mut conn, what)?;
-        if let Some(mk) = mk.filter(|_| private) {
+        if let Some(mk) = mk.filter(|_| objects.iter().any(|(private, _)| *private)) {
             check_mk(&tx, mk)?;
         }
-        tx.prepare_cached("INSERT INTO objects (version, private) VALUES (1, ?1)")
-            .ctx(what)?
-            .execute([private])
-            .ctx(what)?;
-        let id = tx.last_insert_rowid();
-        write_attrs(&tx, id, attrs, sealer.as_mut())?;
+        let mut ids = Vec::with_capacity(objects.len());
+        for ((private, attrs), sealer) in objects.iter().zip(&mut sealers) {
+            tx.prepare_cached("INSERT INTO objects (version, private) VALUES (1, ?1)")
+                .ctx(what)?
+                .execute([private])
+                .ctx(what)?;
+            let id = tx.last_insert_rowid();
+            write_attrs(&tx, id, attrs, sealer.as_mut())?;
+            ids.push(id);
+        }
         self.commit(tx, what)?;
-        Ok(id)
+        Ok(ids)
     }
 
-    /// Replaces all attributes of object `id` (and its private flag) atomically
-    /// and increments its version. Missing object →
-    /// `Pin(CKR_OBJECT_HANDLE_INVALID)`; master key rules as for
-    /// [`TokenStore::insert_object`].
+    /// Replaces all attributes of object `id` (and its private flag) atomically and
+    /// increments its version, provided the object is still at version `base`, the one the
+    /// new attributes were made from; returns the new version. Missing object →
+    /// `Pin(CKR_OBJECT_HANDLE_INVALID)`; an object another process changed since `base` →
+    /// [`StoreError::Stale`], nothing written (the caller reads it again and starts over);
+    /// master key rules as for [`TokenStore::insert_object`].
     pub fn update_object(
         &self,
         id: i64,
+        base: u64,
         private: bool,
         attrs: &AttrMap,
         mk: Option<&MasterKey>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let mut sealer = sealer_for(private, mk)?;
         let what = "updating object";
         let mut conn = self.lock();
@@ -739,20 +765,28 @@ impl TokenStore {
         if let Some(mk) = mk.filter(|_| private) {
             check_mk(&tx, mk)?;
         }
-        let changed = tx
-            .prepare_cached("UPDATE objects SET version = version + 1, private = ?2 WHERE id = ?1")
+        let now: Option<i64> = tx
+            .prepare_cached("SELECT version FROM objects WHERE id = ?1")
+            .ctx(what)?
+            .query_row([id], |r| r.get(0))
+            .optional()
+            .ctx(what)?;
+        match now {
+            None => return Err(StoreError::Pin(CKR_OBJECT_HANDLE_INVALID)),
+            Some(v) if v as u64 != base => return Err(StoreError::Stale),
+            Some(_) => {}
+        }
+        tx.prepare_cached("UPDATE objects SET version = version + 1, private = ?2 WHERE id = ?1")
             .ctx(what)?
             .execute(params![id, private])
             .ctx(what)?;
-        if changed == 0 {
-            return Err(StoreError::Pin(CKR_OBJECT_HANDLE_INVALID));
-        }
         tx.prepare_cached("DELETE FROM attributes WHERE object_id = ?1")
             .ctx(what)?
             .execute([id])
             .ctx(what)?;
         write_attrs(&tx, id, attrs, sealer.as_mut())?;
-        self.commit(tx, what)
+        self.commit(tx, what)?;
+        Ok(base + 1)
     }
 
     /// Deletes object `id`; `false` if there was none.

@@ -436,8 +436,11 @@ fn object_updates_versions_and_deletes() {
         "own commits do not count"
     );
     let seen = other.data_version().unwrap();
-    s.update_object(id, false, &attrs(&[(CKA_ID, b"2")]), None)
-        .unwrap();
+    assert_eq!(
+        s.update_object(id, 1, false, &attrs(&[(CKA_ID, b"2")]), None)
+            .unwrap(),
+        2
+    );
     assert_ne!(other.data_version().unwrap(), seen, "other commits do");
     // The shared change counter: each write bumps it for every opener; reads do not.
     let counted = other.changes().expect("the change counter file");
@@ -445,7 +448,17 @@ fn object_updates_versions_and_deletes() {
     other.load_object(id, None).unwrap();
     other.object_versions().unwrap();
     assert_eq!(s.changes(), Some(counted), "reads do not bump it");
-    s.update_object(id, false, &attrs(&[(CKA_ID, b"2")]), None)
+    // An update made from a version another writer has changed since writes nothing.
+    assert!(matches!(
+        other.update_object(id, 1, false, &attrs(&[(CKA_LABEL, b"lost")]), None),
+        Err(StoreError::Stale)
+    ));
+    assert_eq!(
+        other.changes(),
+        Some(counted),
+        "a refused update does not count"
+    );
+    s.update_object(id, 2, false, &attrs(&[(CKA_ID, b"2")]), None)
         .unwrap();
     assert_eq!(other.changes(), Some(counted + 1), "a write does");
     assert!(crate::store::changes_path(&dir.db()).exists());
@@ -464,7 +477,7 @@ fn object_updates_versions_and_deletes() {
         ]
     );
     assert_eq!(
-        pin_err(s.update_object(12345, false, &AttrMap::new(), None)),
+        pin_err(s.update_object(12345, 1, false, &AttrMap::new(), None)),
         CKR_OBJECT_HANDLE_INVALID
     );
     assert!(s.delete_object(id).unwrap());
@@ -475,7 +488,7 @@ fn object_updates_versions_and_deletes() {
     assert!(next > empty);
     // Vendor-defined attribute types (high bit set) round-trip.
     let vendor: CK_ATTRIBUTE_TYPE = 0x8000_0000_0000_0001u64 as CK_ATTRIBUTE_TYPE;
-    s.update_object(next, false, &attrs(&[(vendor, b"v")]), None)
+    s.update_object(next, 1, false, &attrs(&[(vendor, b"v")]), None)
         .unwrap();
     assert_eq!(
         s.load_object(next, None).unwrap(),

@@ -129,7 +129,7 @@ refused_ok() {
         "--alpn h2,h2|named twice" "--client-auth optional|go with client_ca_file" \
         "--client-ca $W/ec.key|no certificate" \
         "--versions 1.2 -c TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256|no usable cipher suite" \
-        "-F 0|0 is not in 1..=65535"; do
+        "-F 0|0 is not in 1..=65535" "-F $P_IT|fallback_port = $P_IT is where instance"; do
         msg=${opt#*|}
         # shellcheck disable=SC2086
         if "${CFG[@]}" create -f pem -i "$W/ed.pem" -p "$W/pin" -C refused-key -x "$HTTP" \

@@ -386,6 +386,18 @@ impl Instance {
         }
     }
 
+    /// Whether a connection to `127.0.0.1:port`, where the proxy sends clear text and
+    /// fallbacks, reaches this instance's listener: the port, and an address that is
+    /// 127.0.0.1 (or `localhost`) or a wildcard that covers it.
+    fn takes_local(&self, port: u16) -> bool {
+        let local = ListenHost::Ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let host = self.listen_host();
+        self.port == port
+            && (host == local
+                || host.covers(&local)
+                || host == ListenHost::Name("localhost".into()))
+    }
+
     /// Whether this instance is the one named by `address` and `port`.
     pub fn is(&self, address: Option<&str>, port: u16) -> bool {
         self.port == port && self.address.as_deref() == address
@@ -578,6 +590,25 @@ impl Config {
         }
         for (k, i) in c.instances.iter().enumerate() {
             i.check()?;
+            // The proxy connects to 127.0.0.1 for the application and the fallback: a port
+            // that is a listener of this file would send it back to the proxy. For the
+            // fallback that is a loop without end (each hop hands the same ClientHello on
+            // again), which used every descriptor of the process.
+            for (what, port) in [
+                ("proxy_port", Some(i.proxy_port)),
+                ("fallback_port", i.fallback_port),
+            ] {
+                let Some(port) = port else { continue };
+                if let Some(j) = c.instances.iter().find(|j| j.takes_local(port)) {
+                    return Err(format!(
+                        "instance {}: {what} = {port} is where instance {} listens: the \
+                         proxy would connect to itself (the application and the fallback \
+                         listen on 127.0.0.1, on ports of their own)",
+                        i.name(),
+                        j.name()
+                    ));
+                }
+            }
             for earlier in &c.instances[..k] {
                 if earlier.is(i.address.as_deref(), i.port) {
                     return Err(format!("instance {} is defined twice", i.name()));
@@ -781,6 +812,46 @@ mod tests {
         for bad in ["workers = 0", "workers = 65"] {
             assert!(Config::parse(bad).unwrap_err().contains("between 1 and 64"));
         }
+    }
+
+    #[test]
+    fn a_proxy_or_fallback_port_that_is_a_listener_is_refused() {
+        let one = |address: &str, port: u16, proxy: u16, fallback: u16| {
+            Config::parse(&format!(
+                "[[instance]]\n{address}port = {port}\nproxy_port = {proxy}\n\
+                 fallback_port = {fallback}\nkey_uri = \"x\"\ncert_file = \"/c\"\n"
+            ))
+        };
+        // Its own port, on every address that takes 127.0.0.1's connections.
+        for address in [
+            "",
+            "address = \"127.0.0.1\"\n",
+            "address = \"::\"\n",
+            "address = \"localhost\"\n",
+        ] {
+            let e = one(address, 8443, 8080, 8443).unwrap_err();
+            assert!(
+                e.contains("fallback_port = 8443 is where instance"),
+                "{address}: {e}"
+            );
+            let e = one(address, 8443, 8443, 9443).unwrap_err();
+            assert!(
+                e.contains("proxy_port = 8443 is where instance"),
+                "{address}: {e}"
+            );
+        }
+        // Another instance's port.
+        let e = Config::parse(
+            "[[instance]]\nport = 8443\nproxy_port = 8080\nfallback_port = 9443\n\
+             key_uri = \"x\"\ncert_file = \"/c\"\n\
+             [[instance]]\naddress = \"127.0.0.1\"\nport = 9443\nproxy_port = 8081\n\
+             key_uri = \"x\"\ncert_file = \"/c\"\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("where instance 127.0.0.1-9443 listens"), "{e}");
+        // A listener 127.0.0.1 does not reach is no loop.
+        one("address = \"192.0.2.1\"\n", 8443, 8080, 8443).unwrap();
+        one("address = \"::1\"\n", 8443, 8443, 9443).unwrap();
     }
 
     fn with_addresses(list: &[(Option<&str>, u16)]) -> Result<Config> {

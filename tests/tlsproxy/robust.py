@@ -59,6 +59,14 @@
                                     idle connection is closed cleanly after SECONDS (not much
                                     before, not much after); one that sends a byte every
                                     SECONDS/2 stays open past it
+  robust.py ends PORT CAFILE BACK_PORT
+                                    the ends of a relayed connection, with an application
+                                    served here on BACK_PORT: a client that half-closes with a
+                                    TCP FIN and no close_notify gets the application's whole
+                                    answer to its request, then close_notify; an application
+                                    that resets its connection after part of an answer ends the
+                                    client's connection without close_notify (the client can
+                                    tell the answer was cut short)
 Every wait is bounded; exit status 0 on success.
 """
 import asyncio
@@ -419,6 +427,121 @@ def backend(port, back_port, other_port, cafile):
     finally:
         echo.kill()
         echo.wait(10)
+    return all(results)
+
+
+def fin_client(port, cafile, request, wait=10.0):
+    """A TLS client over a memory BIO: sends `request`, then a TCP FIN without close_notify,
+    and reads to the end. Returns the bytes of application data received and how the proxy
+    ended the connection (`close_notify`, `FIN`, `reset`, `hang`)."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    sock = socket.create_connection((HOST, port), timeout=wait)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    t = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+
+    def flush():
+        if data := outgoing.read():
+            sock.sendall(data)
+
+    try:
+        while True:
+            try:
+                t.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                flush()
+                data = sock.recv(65536)
+                if not data:
+                    return 0, "FIN"
+                incoming.write(data)
+        flush()
+        t.write(request)
+        flush()
+        sock.shutdown(socket.SHUT_WR)
+        got = 0
+        while True:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                return got, "hang"
+            except ConnectionResetError:
+                return got, "reset"
+            if data:
+                incoming.write(data)
+            else:
+                incoming.write_eof()
+            try:
+                while chunk := t.read(65536):
+                    got += len(chunk)
+                return got, "close_notify"
+            except ssl.SSLWantReadError:
+                if not data:
+                    return got, "FIN"
+            except ssl.SSLZeroReturnError:
+                return got, "close_notify"
+            except ssl.SSLEOFError:
+                return got, "FIN"
+    finally:
+        sock.close()
+
+
+def ends(port, cafile, back_port):
+    answer = 300_000
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((HOST, back_port))
+    srv.listen(4)
+    srv.settimeout(20)
+    seen = {}
+
+    def app():
+        # The first connection: the request to its end (the client's half-close), then the
+        # whole answer and a normal close.
+        c, _ = srv.accept()
+        request = b""
+        while chunk := c.recv(65536):
+            request += chunk
+        seen["request"] = len(request)
+        c.sendall(b"A" * answer)
+        c.close()
+        # The second: part of an answer, then a reset.
+        c, _ = srv.accept()
+        c.recv(65536)
+        c.sendall(b"B" * 100_000)
+        time.sleep(0.3)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+
+    import threading
+
+    threading.Thread(target=app, daemon=True).start()
+    results = []
+    got, how = fin_client(port, cafile, b"REQUEST " * 100)
+    ok = got == answer and how == "close_notify" and seen.get("request") == 800
+    results.append(ok)
+    print(f"ends: {'ok ' if ok else 'BAD'} a client's FIN without close_notify: the application "
+          f"got {seen.get('request')} of 800 request bytes then the end; the client got {got} of "
+          f"{answer} answer bytes, then {how}")
+    t = tls_to(port, cafile)
+    t.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    got = 0
+    t.settimeout(10)
+    try:
+        while chunk := t.recv(65536):
+            got += len(chunk)
+        how = "close_notify"
+    except ssl.SSLEOFError:
+        how = "FIN"
+    except (ConnectionResetError, BrokenPipeError):
+        how = "reset"
+    except socket.timeout:
+        how = "hang"
+    t.close()
+    ok = how in ("FIN", "reset")
+    results.append(ok)
+    print(f"ends: {'ok ' if ok else 'BAD'} the application resets after {got} answer bytes: the "
+          f"client's connection ends with {how} (not close_notify)")
+    srv.close()
     return all(results)
 
 
@@ -877,6 +1000,8 @@ def main():
         ok = bighello(int(sys.argv[2]))
     elif cmd == "reneg":
         ok = reneg(int(sys.argv[2]), sys.argv[3])
+    elif cmd == "ends":
+        ok = ends(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
     elif cmd == "idletimeout":
         ok = idletimeout(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:

@@ -373,6 +373,8 @@ if [ "$IDLE_WORKERS" -gt 1 ]; then
 fi
 check "application down, one connection reset, application killed: that client closed cleanly, others served" \
     python3 "$HERE/robust.py" backend "$P_BK" "$P_BKEND" "$P_ROB" "$W/ec.crt"
+check "a client's FIN without close_notify gets the whole answer; an application's reset ends without close_notify" \
+    python3 "$HERE/robust.py" ends "$P_BK" "$W/ec.crt" "$P_BKEND"
 # A second certificate by SNI on the robustness instance (the last one in the file), added by
 # editing the file and sending SIGHUP: the RSA key answers for rsa.test, the EC key otherwise.
 sni_ok() {

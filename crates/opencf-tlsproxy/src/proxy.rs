@@ -504,7 +504,7 @@ async fn serve(
         Some(rustls::HandshakeKind::Resumed) => inc(s.handshakes_resumed),
         _ => inc(s.handshakes_full),
     }
-    let mut backend = match timeout(
+    let backend = match timeout(
         CONNECT_TIMEOUT,
         TcpStream::connect(("127.0.0.1", inst.proxy_port)),
     )
@@ -519,6 +519,10 @@ async fn serve(
         }
     };
     let _ = backend.set_nodelay(true);
+    let mut backend = Watched {
+        inner: backend,
+        failed: false,
+    };
     if let Some(v) = inst.proxy_protocol {
         let conn = tls.get_ref().1;
         let peer = conn.peer_certificates().and_then(|c| c.first());
@@ -560,11 +564,59 @@ async fn serve(
     if relay(&mut counted, &mut backend, inst.idle_timeout)
         .await
         .is_err()
+        && !backend.failed
     {
-        // One side failed (the application reset its connection or died, or the client did),
-        // or the connection was idle too long: the client still gets a close_notify where its
-        // socket takes one, then the close.
+        // The client's side failed, or the connection was idle too long: the client still
+        // gets a close_notify where its socket takes one, then the close. Where the
+        // application's side failed (it reset its connection or died), the connection is
+        // closed without one: close_notify says that no data was cut short (RFC 8446 §6.1),
+        // and the client could not tell an answer cut short from a whole one.
         let _ = timeout(CLOSE_TIMEOUT, counted.inner.shutdown()).await;
+    }
+}
+
+/// The application's side of a connection, noting whether a read or a write on it failed.
+struct Watched<S> {
+    inner: S,
+    failed: bool,
+}
+
+impl<S> Watched<S> {
+    fn note<T>(&mut self, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if matches!(r, Poll::Ready(Err(_))) {
+            self.failed = true;
+        }
+        r
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        self.note(r)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        self.note(r)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.note(r)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.note(r)
     }
 }
 
@@ -604,7 +656,15 @@ impl<S: AsyncRead + AsyncWrite + PendingWrites + Unpin> AsyncRead for Counted<S>
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let mut r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        // A client that closes its side without close_notify (a TCP FIN): rustls reports an
+        // unexpected end, which would end both directions and drop the application's answer
+        // to what the client sent. It is taken as the client's half-close instead, passed on
+        // to the application, whose answer is relayed in full (as nginx does, with OpenSSL's
+        // SSL_OP_IGNORE_UNEXPECTED_EOF).
+        if matches!(&r, Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof) {
+            r = Poll::Ready(Ok(()));
+        }
         let n = buf.filled().len() - before;
         self.read.fetch_add(n as u64, Relaxed);
         if n > 0 {

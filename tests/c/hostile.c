@@ -31,28 +31,10 @@
 
 #include "pkcs11.h"
 #include "ckr_names.h"
+#include "expect.h"
 
 static CK_FUNCTION_LIST_3_0 *F;
-static int failures;
 static const char *WORK;
-
-static void expect(const char *what, CK_RV got, CK_RV want)
-{
-    if (got == want) {
-        printf("ok   %s: %s\n", what, ckr_name(got));
-    } else {
-        printf("FAIL %s: %s, want %s\n", what, ckr_name(got), ckr_name(want));
-        failures++;
-    }
-}
-
-static void must(const char *what, CK_RV rv)
-{
-    if (rv != CKR_OK) {
-        fprintf(stderr, "setup: %s: %s\n", what, ckr_name(rv));
-        exit(2);
-    }
-}
 
 /* Writes a configuration naming `first` (and `second`, if any) before the software token,
  * and points OPENCF_CONF at it. */
@@ -189,10 +171,7 @@ static void short_buffer_too_small(const char *liar)
            CKR_OK);
     CK_RV rv = F->C_Encrypt(s, DATA, sizeof(DATA), out, &n);
     expect("too small for a length that fits: C_Encrypt done by the next provider", rv, CKR_OK);
-    if (rv == CKR_OK && n != sizeof(DATA)) {
-        printf("FAIL too small for a length that fits: %lu bytes, want %zu\n", n, sizeof(DATA));
-        failures++;
-    }
+    check("too small for a length that fits: the whole output", rv != CKR_OK || n == sizeof(DATA));
     stop();
 }
 
@@ -313,12 +292,8 @@ static void slow_clone(const char *liar, const char *liar_b)
     pthread_join(t, NULL);
     expect("slow clone: the other provider's operation", other.rv, CKR_OK);
     expect("slow clone: the slow provider's operation", slow.rv, CKR_OK);
-    if (access(late, F_OK) == 0) {
-        printf("FAIL slow clone: the other provider's clone waited for the slow one\n");
-        failures++;
-    } else {
-        printf("ok   slow clone: the other provider's clone did not wait\n");
-    }
+    check("slow clone: the other provider's clone did not wait for the slow one",
+          access(late, F_OK) != 0);
     stop();
 }
 

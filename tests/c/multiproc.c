@@ -25,10 +25,10 @@
 
 #include "pkcs11.h"
 #include "ckr_names.h"
+#include "expect.h"
 
 static CK_FUNCTION_LIST *F;
 static CK_SLOT_ID SLOT;
-static int failures;
 static const char *SELF, *SOFTTOKEN;
 
 static CK_UTF8CHAR PIN_DEFAULT[] = "changeme";
@@ -37,31 +37,6 @@ static CK_UTF8CHAR NEW_PIN[] = "multiproc-new-pin";
 #define PINLEN(p) ((CK_ULONG)(sizeof(p) - 1))
 #define NA(a) (sizeof(a) / sizeof((a)[0]))
 #define ROUNDS 150
-
-static void expect(const char *what, CK_RV got, CK_RV want)
-{
-    if (got == want) {
-        printf("ok   %s: %s\n", what, ckr_name(got));
-    } else {
-        printf("FAIL %s: %s, want %s\n", what, ckr_name(got), ckr_name(want));
-        failures++;
-    }
-}
-
-static void check(const char *what, int ok)
-{
-    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-    if (!ok)
-        failures++;
-}
-
-static void must(const char *what, CK_RV rv)
-{
-    if (rv != CKR_OK) {
-        fprintf(stderr, "setup: %s: %s\n", what, ckr_name(rv));
-        exit(2);
-    }
-}
 
 static void load(const char *path)
 {

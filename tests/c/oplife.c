@@ -46,30 +46,10 @@
 
 #include "pkcs11.h"
 #include "ckr_names.h"
+#include "expect.h"
 
 static CK_FUNCTION_LIST_3_0 *F;
 static CK_SLOT_ID SLOT;
-static int failures;
-
-static void expect(const char *what, CK_RV got, CK_RV want)
-{
-    if (got == want) {
-        printf("ok   %s: %s\n", what, ckr_name(got));
-    } else {
-        printf("FAIL %s: %s", what, ckr_name(got));
-        printf(", want %s\n", ckr_name(want));
-        failures++;
-    }
-}
-
-static void must(const char *what, CK_RV rv)
-{
-    if (rv != CKR_OK) {
-        fprintf(stderr, "setup: %s: %s\n", what, ckr_name(rv));
-        exit(2);
-    }
-}
-
 static CK_UTF8CHAR PIN_DEFAULT[] = "changeme";
 static CK_UTF8CHAR PIN[] = "oplife-user-pin";
 #define PINLEN(p) ((CK_ULONG)(sizeof(p) - 1))
@@ -683,10 +663,10 @@ static void fork_while_the_keystore_is_busy(void)
     keystore_busy = 0;
     for (size_t i = 0; i < NA(t); i++)
         pthread_join(t[i], NULL);
-    printf("%s fork while threads use the keystore: %d of %d children hung, %d failed\n",
-           hung || failed ? "FAIL" : "ok  ", hung, forks, failed);
-    if (hung || failed)
-        failures++;
+    char what[128];
+    snprintf(what, sizeof what, "fork while threads use the keystore: %d of %d children hung, %d failed",
+             hung, forks, failed);
+    check(what, !hung && !failed);
 }
 
 /* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with

@@ -524,23 +524,12 @@ def ends(port, cafile, back_port):
           f"{answer} answer bytes, then {how}")
     t = tls_to(port, cafile)
     t.sendall(b"GET / HTTP/1.0\r\n\r\n")
-    got = 0
-    t.settimeout(10)
-    try:
-        while chunk := t.recv(65536):
-            got += len(chunk)
-        how = "close_notify"
-    except ssl.SSLEOFError:
-        how = "FIN"
-    except (ConnectionResetError, BrokenPipeError):
-        how = "reset"
-    except socket.timeout:
-        how = "hang"
+    how, _ = end_of(t, wait=10.0)
     t.close()
     ok = how in ("FIN", "reset")
     results.append(ok)
-    print(f"ends: {'ok ' if ok else 'BAD'} the application resets after {got} answer bytes: the "
-          f"client's connection ends with {how} (not close_notify)")
+    print(f"ends: {'ok ' if ok else 'BAD'} the application resets in the middle of its answer: "
+          f"the client's connection ends with {how} (not close_notify)")
     srv.close()
     return all(results)
 

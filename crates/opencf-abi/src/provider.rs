@@ -2028,6 +2028,19 @@ mod tests {
         }
     }
 
+    /// A 3.0 table with the basics and `C_SessionCancel`, stating `version`.
+    fn table_3_0(version: CK_VERSION) -> CK_FUNCTION_LIST_3_0 {
+        CK_FUNCTION_LIST_3_0 {
+            version,
+            C_Initialize: Some(ok_reserved),
+            C_Finalize: Some(ok_reserved),
+            C_GetSlotList: Some(no_slots),
+            C_OpenSession: Some(open),
+            C_SessionCancel: Some(cancel),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn a_function_list_is_read_as_a_2_40_table_whatever_version_it_states() {
         // A module without C_GetInterface whose C_GetFunctionList answers a CK_FUNCTION_LIST
@@ -2053,15 +2066,7 @@ mod tests {
         assert_eq!((fl.version.major, fl.version.minor), (2, 40));
         assert!(fl.C_SessionCancel.is_none() && fl.C_LoginUser.is_none());
         // An interface asked for as 3.0 whose table states 3.2 is read as 3.0.
-        let v30 = CK_FUNCTION_LIST_3_0 {
-            version: CK_VERSION { major: 3, minor: 2 },
-            C_Initialize: Some(ok_reserved),
-            C_Finalize: Some(ok_reserved),
-            C_GetSlotList: Some(no_slots),
-            C_OpenSession: Some(open),
-            C_SessionCancel: Some(cancel),
-            ..Default::default()
-        };
+        let v30 = table_3_0(CK_VERSION { major: 3, minor: 2 });
         // SAFETY: a 3.0 table, as the layout asked for reads.
         let fl = unsafe {
             read_table(
@@ -2129,15 +2134,7 @@ mod tests {
         assert!(fl.C_Initialize.is_some() && fl.C_GetSlotList.is_some());
         assert!(fl.C_SessionCancel.is_none() && fl.C_EncapsulateKey.is_none());
 
-        let v3 = CK_FUNCTION_LIST_3_0 {
-            version: CK_VERSION { major: 3, minor: 0 },
-            C_Initialize: Some(ok_reserved),
-            C_Finalize: Some(ok_reserved),
-            C_GetSlotList: Some(no_slots),
-            C_OpenSession: Some(open),
-            C_SessionCancel: Some(cancel),
-            ..Default::default()
-        };
+        let v3 = table_3_0(CK_VERSION { major: 3, minor: 0 });
         let fl = read(&v3).unwrap();
         assert_eq!((fl.version.major, fl.version.minor), (3, 0));
         assert!(fl.C_SessionCancel.is_some());

@@ -11,10 +11,12 @@
  *   change answered CKR_OK is in the keystore at the end, and a key made sensitive and
  *   unextractable stays so (a write made from a stale copy of the key undid the other's);
  * - a process killed while it makes key pairs leaves no public key without its private key;
+ * - right PINs tried by many processes at once all log in (none is taken for a lock);
  * - C_InitToken in another process ends this process's login and every handle of the token
  *   it replaced: the old key can no longer be used or read.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,10 +161,26 @@ static int child_init_token(void)
     return F->C_GenerateKey(s, &gen, t, NA(t), &k) == CKR_OK ? 0 : 5;
 }
 
+/* Waits for the word to go (the end of the pipe on MULTIPROC_GO_FD), then logs in. */
+static int child_login(void)
+{
+    CK_SESSION_HANDLE s;
+    char byte;
+    const char *fd = getenv("MULTIPROC_GO_FD");
+    if (F->C_OpenSession(SLOT, CKF_SERIAL_SESSION, NULL, NULL, &s) != CKR_OK)
+        return 3;
+    if (fd && read(atoi(fd), &byte, 1) < 0)
+        return 4;
+    CK_RV rv = F->C_Login(s, CKU_USER, PIN, PINLEN(PIN));
+    return rv == CKR_OK ? 0 : rv == CKR_PIN_LOCKED ? 5 : 6;
+}
+
 static int child(const char *action)
 {
     load(SOFTTOKEN);
     SLOT = 0;
+    if (strcmp(action, "login") == 0)
+        return child_login();
     if (strcmp(action, "set-ids") == 0)
         return child_set_ids();
     if (strcmp(action, "pairs") == 0)
@@ -272,6 +290,46 @@ static void killed_during_key_pairs(void)
     F->C_CloseSession(s);
 }
 
+/* Many processes log in with the right PIN at once: each try counts as a failure until it
+ * settles, and one that found ten under way answered CKR_PIN_LOCKED. */
+static void logins_at_once(void)
+{
+    enum { N = 16 };
+    int go[2];
+    char fdtext[16];
+    if (pipe(go) != 0) {
+        perror("pipe");
+        exit(2);
+    }
+    /* The other processes keep the read end only: the end of the pipe is the word to go. */
+    fcntl(go[1], F_SETFD, FD_CLOEXEC);
+    snprintf(fdtext, sizeof fdtext, "%d", go[0]);
+    setenv("MULTIPROC_GO_FD", fdtext, 1);
+    pid_t pid[N];
+    for (int i = 0; i < N; i++)
+        pid[i] = spawn("login");
+    close(go[0]);
+    sleep(2); /* every process has loaded the module and waits */
+    close(go[1]);
+    int ok = 0, locked = 0, other = 0;
+    for (int i = 0; i < N; i++) {
+        int rc = finish(pid[i]);
+        ok += rc == 0;
+        locked += rc == 5;
+        other += rc != 0 && rc != 5;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%d right PINs at once: %d logged in, %d CKR_PIN_LOCKED, %d other", N,
+             ok, locked, other);
+    check(what, ok == N);
+    CK_SESSION_HANDLE s;
+    must("C_OpenSession", F->C_OpenSession(SLOT, CKF_SERIAL_SESSION, NULL, NULL, &s));
+    CK_TOKEN_INFO ti;
+    must("C_GetTokenInfo", F->C_GetTokenInfo(SLOT, &ti));
+    check("  the user PIN is not locked after them", !(ti.flags & CKF_USER_PIN_LOCKED));
+    F->C_CloseSession(s);
+}
+
 static void initialized_again_elsewhere(void)
 {
     CK_SESSION_HANDLE s = open_user();
@@ -324,6 +382,7 @@ int main(int argc, char **argv)
     printf("# %s, slot %lu\n", argv[1], SLOT);
     concurrent_changes();
     killed_during_key_pairs();
+    logins_at_once();
     initialized_again_elsewhere();
     F->C_Finalize(NULL);
     printf("%s: %d failed\n", argv[1], failures);

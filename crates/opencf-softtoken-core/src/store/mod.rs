@@ -74,6 +74,14 @@ pub const MAX_LABEL_LEN: usize = 32;
 /// record between its steps.
 const MAX_RESTARTS: usize = 4;
 
+/// A try that finds the failure count at the limit waits while the keystore moves: tries
+/// under way in other processes or threads count as failures until they settle (a right PIN
+/// then sets the count back to 0), and each settles with a commit. The keystore unchanged this
+/// long means none is under way (a try takes one scrypt run), and the PIN is locked.
+const PIN_SETTLE_QUIET: std::time::Duration = std::time::Duration::from_secs(3);
+/// The longest such a wait lasts, however the count moves.
+const PIN_SETTLE_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// AAD of the master-key check value stored in `token.mk_check`.
 const MK_CHECK_AAD: &[u8] = b"opencf-mk-check";
 
@@ -583,16 +591,35 @@ impl TokenStore {
     /// master key and the PIN record it was unwrapped from.
     fn verify_pin(&self, who: Who, pin: &[u8]) -> Result<(MasterKey, PinRecord), StoreError> {
         let what = "verifying PIN";
+        let start = std::time::Instant::now();
+        // At the limit: the keystore's change counter (every settled try commits, and so
+        // moves it) as last seen, and since when it has not moved.
+        let mut at_limit: Option<(Option<u64>, std::time::Instant)> = None;
         for _ in 0..MAX_RESTARTS {
             // Step 1: admission and failure count, committed (fsync'd) before
             // the PIN is tried.
-            let (rec, count) = {
+            let (rec, count) = loop {
                 let mut conn = self.lock();
                 let tx = Self::immediate(&mut conn, what)?;
                 let meta = read_token(&tx)?.0;
                 let failures = meta.failures(who);
                 if failures >= MAX_PIN_FAILURES {
-                    return Err(StoreError::Pin(CKR_PIN_LOCKED));
+                    // Tries under way elsewhere count until they settle: wait while the count
+                    // moves, so that right PINs tried at once are not taken for a lock.
+                    drop(tx);
+                    drop(conn);
+                    let now = std::time::Instant::now();
+                    let moved = self.changes();
+                    match at_limit {
+                        Some((seen, since)) if seen == moved => {
+                            if now - since >= PIN_SETTLE_QUIET || now - start >= PIN_SETTLE_MAX {
+                                return Err(StoreError::Pin(CKR_PIN_LOCKED));
+                            }
+                        }
+                        _ => at_limit = Some((moved, now)),
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
                 }
                 if !meta.initialized || (who == Who::User && !meta.user_pin_initialized) {
                     return Err(StoreError::Pin(CKR_USER_PIN_NOT_INITIALIZED));
@@ -604,7 +631,7 @@ impl TokenStore {
                 let count = failures + 1;
                 set_failures(&tx, who, count)?;
                 self.commit(tx, what)?;
-                (rec, count)
+                break (rec, count);
             };
 
             // Step 2: scrypt and unwrap, without holding the lock.

@@ -823,6 +823,10 @@ T(t_acc_signinit_aes, return F->C_SignInit(s_rw, &m_rsa_pkcs, k_aes);)
 T(t_acc_sign_unknown, return F->C_SignInit(s_rw, &m_unknown, k_aes);)
 T(t_acc_sign_hmac, return F->C_SignInit(s_rw, &m_hmac, k_aes);)
 T(t_acc_dec_unknown, return F->C_DecryptInit(s_rw, &m_unknown, k_aes);)
+/* an init of an operation the provider does not offer answers so whatever its arguments: a
+ * NULL mechanism (which would end the operation) too */
+T(t_acc_digest_nullmech, return F->C_DigestInit(s_rw, NULL);)
+T(t_acc_verify_nullmech, return F->C_VerifyInit(s_rw, NULL, k_aes);)
 /* the two keys made above; none of the refused templates left an object behind */
 T(t_acc_find_ok, CK_OBJECT_HANDLE o[64]; CK_ULONG n = 0; CK_RV rv = F->C_FindObjects(s_rw, o, 64, &n);
   if (rv == CKR_OK && n != 2) return check_fail("%s %lu", "found", n); return rv;)
@@ -1284,6 +1288,8 @@ static const struct tcase accel_cases[] = {
     ACCEL_SESSION_OPS(BADS)
     OPTIONAL_OPS(BADS_OPT)
     ACCEL_ABSENT_OPS(ABSENT)
+    C("not offered: C_DigestInit NULL mechanism", t_acc_digest_nullmech, CKR_FUNCTION_NOT_SUPPORTED),
+    C("not offered: C_VerifyInit NULL mechanism", t_acc_verify_nullmech, CKR_FUNCTION_NOT_SUPPORTED),
     /* bad object / key handles */
     ACCEL_BADOBJ_ROWS(0, "0")
     ACCEL_BADOBJ_ROWS(D, "0xdeadbeef")

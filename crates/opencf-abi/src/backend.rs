@@ -79,6 +79,14 @@ pub trait Backend: Send + Sync + 'static {
     fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
         Err(NS)
     }
+    /// Whether the backend has the operation `op` (`CKF_ENCRYPT`, `CKF_DIGEST`,
+    /// `CKF_MESSAGE_ENCRYPT`, …) at all. For one it has not, the ABI layer answers
+    /// `CKR_FUNCTION_NOT_SUPPORTED` to every call of its init, whatever the arguments (also a
+    /// NULL mechanism, which would otherwise end an operation that cannot exist, with
+    /// `CKR_OK`).
+    fn offers(&self, op: CK_FLAGS) -> bool {
+        true
+    }
     /// `C_AsyncComplete` (3.2) of the function named `function` (`"C_Sign"`, …) that
     /// answered `CKR_PENDING` in an asynchronous session (`CKF_ASYNC_SESSION`):
     /// [`AsyncDone::Pending`] while it runs, else its output or its error. Nothing pending

@@ -513,6 +513,9 @@ fn message_init_with<B: Backend>(
     f: impl FnOnce(&B, &crate::Mechanism) -> CkResult<()>,
 ) -> CK_RV {
     call::<B>(|b| {
+        if !b.offers(cancel) {
+            return Err(CKR_FUNCTION_NOT_SUPPORTED);
+        }
         if mech.is_null() {
             return cancel_operation(b, session, cancel);
         }
@@ -531,6 +534,9 @@ fn init_with<B: Backend>(
     f: impl FnOnce(&B, crate::RawMechanism<'_>) -> CkResult<()>,
 ) -> CK_RV {
     call::<B>(|b| {
+        if !b.offers(cancel) {
+            return Err(CKR_FUNCTION_NOT_SUPPORTED);
+        }
         if mech.is_null() {
             return cancel_operation(b, session, cancel);
         }
@@ -1084,6 +1090,9 @@ pub extern "C" fn C_VerifySignatureInit<B: Backend>(
     sig_len: CK_ULONG,
 ) -> CK_RV {
     call::<B>(|b| {
+        if !b.offers(CKF_VERIFY) {
+            return Err(CKR_FUNCTION_NOT_SUPPORTED);
+        }
         // SAFETY: the caller's mechanism, valid for this call (the value cannot outlive it),
         // and signature.
         let (mech, sig) = unsafe { (crate::RawMechanism::new(mech)?, bytes(sig, sig_len)?) };

@@ -53,6 +53,11 @@ impl Backend for Accel {
     fn session_cancel(&self, s: CK_SESSION_HANDLE, flags: CK_FLAGS) -> CkResult<()> {
         Accel::session_cancel(self, s, flags)
     }
+    fn offers(&self, op: CK_FLAGS) -> bool {
+        // Encryption and decryption (the bulk engine, RSA), signing (RSA, ECDSA); nothing
+        // else.
+        matches!(op, CKF_ENCRYPT | CKF_DECRYPT | CKF_SIGN)
+    }
     fn async_complete(&self, s: CK_SESSION_HANDLE, function: &str) -> CkResult<AsyncDone> {
         Accel::async_complete(self, s, function)
     }

@@ -52,7 +52,7 @@ pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
 fail() { echo "FAIL: $1"; FAILED=$((FAILED + 1)); }
 check() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
 
-pick_ports 37
+pick_ports 39
 HTTP=$BASE; P_RSA=$((BASE + 1)); P_FB=$((BASE + 2)); P_EC=$((BASE + 3)); P_P11=$((BASE + 4))
 P_ROB=$((BASE + 5)); P_ECHO=$((BASE + 6)); P_BK=$((BASE + 7)); P_BKEND=$((BASE + 8))
 P_W=$((BASE + 9)); P_IDLE=$((BASE + 10)); P_PP1=$((BASE + 11)); P_PPB1=$((BASE + 12))
@@ -61,7 +61,7 @@ P_CH1=$((BASE + 17)); P_CH2=$((BASE + 18)); P_CH3=$((BASE + 19)); P_AR=$((BASE +
 P_SL=$((BASE + 22)); P_ST=$((BASE + 23)); P_AL=$((BASE + 24)); P_ALB=$((BASE + 25))
 P_AN=$((BASE + 26)); P_H2=$((BASE + 27)); P_MT=$((BASE + 28)); P_MO=$((BASE + 29)); P_MTB=$((BASE + 30))
 P_OC=$((BASE + 31)); P_GQ=$((BASE + 32)); P_GW=$((BASE + 33)); P_RA=$((BASE + 34)); P_RA2=$((BASE + 35))
-P_RF=$((BASE + 36))
+P_RF=$((BASE + 36)); P_SH1=$((BASE + 37)); P_SH2=$((BASE + 38))
 
 # --- setup: PIN, certificates, servers -----------------------------------------------------
 pkcs11-tool --module "$MOD" --token-label 'OpenCF Softtoken' --login --pin changeme --change-pin --new-pin 'tls pin' >/dev/null 2>&1 \
@@ -274,6 +274,22 @@ list_ok() {
 check "tlsproxycfg list: four instances, daemon running" list_ok
 delete_ok() { "${CFG[@]}" delete 127.0.0.1 "$P_P11" >/dev/null && wait_port "$P_P11" down && curl_ok "$P_RSA" "$W/rsa.crt"; }
 check "tlsproxycfg delete: its port closes, the others keep serving" delete_ok
+# An instance whose certificate file (written by create) another instance of the file names
+# too: delete keeps the file while that one does, and removes it with the last one.
+shared_ok() {
+    local f="$W/tlsproxy.d/127.0.0.1-$P_SH1.pem" uri
+    "${CFG[@]}" create -f pem -i "$W/rsa.pem" -p "$W/pin" -C shared-rsa -x "$HTTP" 127.0.0.1 "$P_SH1" \
+        > "$W/create-shared.log" 2>&1 && wait_port "$P_SH1" || return 1
+    uri=$(grep -o 'pkcs11:[^"]*object=shared-rsa[^"]*' "$CONF" | head -1)
+    printf '\n[[instance]]\naddress = "127.0.0.1"\nport = %s\nproxy_port = %s\npin_file = "%s"\ncert_file = "%s"\nkey_uri = "%s"\n' \
+        "$P_SH2" "$HTTP" "$W/pin" "$f" "$uri" >> "$CONF"
+    kill -HUP "$(cat "$W/tlsproxy.pid")" && wait_port "$P_SH2" || return 1
+    "${CFG[@]}" delete 127.0.0.1 "$P_SH1" > /dev/null && wait_port "$P_SH1" down || return 1
+    [ -f "$f" ] || { echo "    $f removed, though instance 127.0.0.1-$P_SH2 names it"; return 1; }
+    curl_ok "$P_SH2" "$W/rsa.crt" || return 1
+    "${CFG[@]}" delete 127.0.0.1 "$P_SH2" > /dev/null && wait_port "$P_SH2" down && [ ! -e "$f" ]
+}
+check "tlsproxycfg delete keeps a certificate file another instance names, and removes it with the last" shared_ok
 
 # --- robustness ---------------------------------------------------------------------------------
 # An instance whose application (P_BKEND) is started, reset and killed by robust.py backend.

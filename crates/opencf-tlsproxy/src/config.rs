@@ -398,6 +398,26 @@ impl Instance {
                 || host == ListenHost::Name("localhost".into()))
     }
 
+    /// Every file the instance names (certificates, chains, OCSP responses, client CAs and
+    /// CRLs, the PIN file), its SNI entries' included.
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        [
+            &self.cert_file,
+            &self.chain_file,
+            &self.ocsp_file,
+            &self.client_ca_file,
+            &self.client_crl_file,
+            &self.pin_file,
+        ]
+        .into_iter()
+        .chain(
+            self.sni
+                .iter()
+                .flat_map(|s| [&s.cert_file, &s.chain_file, &s.ocsp_file]),
+        )
+        .filter_map(|f| f.as_deref())
+    }
+
     /// Whether this instance is the one named by `address` and `port`.
     pub fn is(&self, address: Option<&str>, port: u16) -> bool {
         self.port == port && self.address.as_deref() == address

@@ -540,7 +540,14 @@ fn delete(ctx: &Ctx, t: &[String]) -> Result<(), String> {
     cfg.save(&ctx.config)?;
     let ours = absolute(&ctx.config)?.with_extension("d");
     for i in removed {
-        if let Some(f) = i.cert_file.as_ref().filter(|f| f.starts_with(&ours)) {
+        // The certificate file `create` wrote, unless an instance left in the file (or one of
+        // its SNI entries) names it too: removed, it failed every later reload.
+        let shared = |f: &Path| cfg.instances.iter().any(|o| o.files().any(|g| g == f));
+        if let Some(f) = i
+            .cert_file
+            .as_ref()
+            .filter(|f| f.starts_with(&ours) && !shared(f))
+        {
             let _ = std::fs::remove_file(f);
         }
         say!(

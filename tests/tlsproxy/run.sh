@@ -798,9 +798,13 @@ reload_address_ok() {
     grep -E "listening|reload" "$W/readdr.log" | sed 's/^/    /'
     grep -q "instance $P_RA listening on 0.0.0.0:$P_RA " "$W/readdr.log" \
         && curl_ok "$P_RA" "$W/ec.crt" && curl_ok "$P_RA2" "$W/ec.crt" || return 1
-    readdr_toml '^$' "$P_RA2" "$HTTP"
+    # (the port held: the fallback s_server's, which no instance here relays to; one an
+    # instance relays to would be refused before any listener is touched)
+    readdr_toml '^$' "$P_RA2" "$P_FB"
     kill -HUP "$(cat "$W/readdr.pid")" && readdr_wait "reload failed" || return 1
     grep "reload failed" "$W/readdr.log" | sed 's/^/    /'
+    grep -q "reload failed.*[Aa]ddress already in use" "$W/readdr.log" \
+        || { echo "    the reload did not fail at binding the port"; return 1; }
     curl_ok "$P_RA" "$W/ec.crt" && curl_ok "$P_RA2" "$W/ec.crt" || return 1
     if command -v ss >/dev/null; then
         ss -ltnH "sport = :$P_RA" | grep -q "0.0.0.0:$P_RA " || { echo "    not listening on 0.0.0.0:$P_RA"; return 1; }

@@ -124,6 +124,19 @@ static void stop(void)
     must("C_Finalize", F->C_Finalize(NULL));
 }
 
+/* A case in front of provider `module` alone (before the software token), in `mode`: a slot 0
+ * session, logged in, and in `k` (unless NULL) a key slot 0 may clone. */
+static CK_SESSION_HANDLE begin(const char *module, const char *mode, const char *stamp,
+                               CK_OBJECT_HANDLE *k)
+{
+    configure(module, NULL, NULL, NULL);
+    start(mode, stamp);
+    CK_SESSION_HANDLE s = open_slot0();
+    if (k)
+        *k = aes_key(s, "k");
+    return s;
+}
+
 /* The liar's own slot: the one whose token is labelled "Liar". */
 static CK_SLOT_ID liar_slot(void)
 {
@@ -141,10 +154,8 @@ static CK_SLOT_ID liar_slot(void)
 
 static void overlong_update(const char *liar)
 {
-    configure(liar, NULL, NULL, NULL);
-    start("overlong-update", NULL);
-    CK_SESSION_HANDLE s = open_slot0();
-    CK_OBJECT_HANDLE k = aes_key(s, "k");
+    CK_OBJECT_HANDLE k;
+    CK_SESSION_HANDLE s = begin(liar, "overlong-update", NULL, &k);
     CK_BYTE out[64];
     CK_ULONG n = sizeof(out);
     expect("overlong update: C_EncryptInit", F->C_EncryptInit(s, &ECB, k), CKR_OK);
@@ -161,10 +172,8 @@ static void overlong_update(const char *liar)
 
 static void short_buffer_too_small(const char *liar)
 {
-    configure(liar, NULL, NULL, NULL);
-    start("short-bts", NULL);
-    CK_SESSION_HANDLE s = open_slot0();
-    CK_OBJECT_HANDLE k = aes_key(s, "k");
+    CK_OBJECT_HANDLE k;
+    CK_SESSION_HANDLE s = begin(liar, "short-bts", NULL, &k);
     CK_BYTE out[64];
     CK_ULONG n = sizeof(out);
     expect("too small for a length that fits: C_EncryptInit", F->C_EncryptInit(s, &ECB, k),
@@ -177,10 +186,8 @@ static void short_buffer_too_small(const char *liar)
 
 static void handle_zero(const char *liar)
 {
-    configure(liar, NULL, NULL, NULL);
-    start("handle0", NULL);
-    CK_SESSION_HANDLE s = open_slot0();
-    CK_OBJECT_HANDLE k = aes_key(s, "k");
+    CK_OBJECT_HANDLE k;
+    CK_SESSION_HANDLE s = begin(liar, "handle0", NULL, &k);
     CK_BYTE out[64];
     CK_ULONG n = sizeof(out);
     expect("clone given handle 0: C_EncryptInit goes on to the next provider",
@@ -192,9 +199,7 @@ static void handle_zero(const char *liar)
 
 static void undefined_rv(const char *liar)
 {
-    configure(liar, NULL, NULL, NULL);
-    start("undefined-rv", NULL);
-    CK_SESSION_HANDLE s = open_slot0();
+    CK_SESSION_HANDLE s = begin(liar, "undefined-rv", NULL, NULL);
     CK_BYTE out[64];
     CK_ULONG n = sizeof(out);
     expect("undefined return value: slot 0 C_DigestInit goes on to the next provider",
@@ -210,10 +215,8 @@ static void undefined_rv(const char *liar)
 
 static void cancel_in_legacy(const char *legacy)
 {
-    configure(legacy, NULL, NULL, NULL);
-    start("", NULL);
-    CK_SESSION_HANDLE s = open_slot0();
-    CK_OBJECT_HANDLE k = aes_key(s, "k");
+    CK_OBJECT_HANDLE k;
+    CK_SESSION_HANDLE s = begin(legacy, "", NULL, &k);
     CK_BYTE out[64];
     CK_ULONG n = 0;
     expect("2.40 provider: C_EncryptInit", F->C_EncryptInit(s, &ECB, k), CKR_OK);
@@ -231,13 +234,11 @@ static void cancel_in_legacy(const char *legacy)
 static void legacy_stamped(const char *legacy, const char *stamp)
 {
     char what[128];
-    configure(legacy, NULL, NULL, NULL);
-    start("", stamp);
+    CK_OBJECT_HANDLE k;
+    CK_SESSION_HANDLE s = begin(legacy, "", stamp, &k);
     CK_INFO info;
     snprintf(what, sizeof(what), "2.40 table stamped %s: C_GetInfo", stamp);
     expect(what, F->C_GetInfo(&info), CKR_OK);
-    CK_SESSION_HANDLE s = open_slot0();
-    CK_OBJECT_HANDLE k = aes_key(s, "k");
     CK_ULONG n = 0;
     snprintf(what, sizeof(what), "2.40 table stamped %s: C_EncryptInit", stamp);
     expect(what, F->C_EncryptInit(s, &ECB, k), CKR_OK);

@@ -622,6 +622,10 @@ static void *keystore_churn(void *arg)
     while (keystore_busy) {
         CK_OBJECT_HANDLE h, found[8];
         CK_ULONG n;
+        /* A pause between rounds: back to back, two threads of one process hold the keystore's
+         * write lock all but a few microseconds at a time, and a child (as any other process)
+         * waits out the busy timeout for it. */
+        usleep(2000);
         if (F->C_CreateObject(s, ta, NA(ta), &h) == CKR_OK)
             F->C_DestroyObject(s, h);
         if (F->C_FindObjectsInit(s, find, NA(find)) == CKR_OK) {

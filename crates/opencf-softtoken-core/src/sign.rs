@@ -230,6 +230,24 @@ impl SoftToken {
         mech::verify_init(m, obj.key())
     }
 
+    /// The checks and the operation of `C_VerifyInit` and `C_VerifySignatureInit`, the
+    /// session's PIN checked and its state locked: one verification at a time, of either kind
+    /// (`CKF_VERIFY` ends both), then the mechanism, parsed after the session's checks (see
+    /// `cipher_init`), and the key.
+    fn begin_verify(
+        &self,
+        sess: &Session,
+        st: &mut crate::session::OpState,
+        m: MechRef<'_>,
+        key: CK_OBJECT_HANDLE,
+    ) -> CkResult<Box<dyn mech::VerifyOp>> {
+        if st.verify.is_some() || st.verify_signature.is_some() {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        check_mechanism(m.mechanism(), CKF_VERIFY)?;
+        m.with_parsed(|m| self.new_verify(sess, st, m, key))
+    }
+
     /// `C_VerifyInit`.
     pub fn verify_init(
         &self,
@@ -249,13 +267,7 @@ impl SoftToken {
     ) -> CkResult<()> {
         sess.check_pin_ok()?;
         let mut st = sess.lock();
-        // One verification at a time, of either kind: `CKF_VERIFY` ends both.
-        if st.verify.is_some() || st.verify_signature.is_some() {
-            return Err(CKR_OPERATION_ACTIVE);
-        }
-        // Parsed after the session's checks (see `cipher_init`).
-        check_mechanism(m.mechanism(), CKF_VERIFY)?;
-        let op = m.with_parsed(|m| self.new_verify(sess, &mut st, m, key))?;
+        let op = self.begin_verify(sess, &mut st, m, key)?;
         st.verify = Some(op);
         st.verify_multi = false;
         Ok(())
@@ -312,12 +324,7 @@ impl SoftToken {
         let sess = self.session(s)?;
         sess.check_pin_ok()?;
         let mut st = sess.lock();
-        if st.verify.is_some() || st.verify_signature.is_some() {
-            return Err(CKR_OPERATION_ACTIVE);
-        }
-        // Parsed after the session's checks (see `cipher_init`).
-        check_mechanism(m.mechanism(), CKF_VERIFY)?;
-        let op = m.with_parsed(|m| self.new_verify(&sess, &mut st, m, key))?;
+        let op = self.begin_verify(&sess, &mut st, m, key)?;
         st.verify_signature = Some((op, sig.to_vec()));
         st.verify_signature_multi = false;
         Ok(())

@@ -31,7 +31,17 @@
  *   secret part, another curve or another length is CKR_TEMPLATE_INCONSISTENT (ECB and CBC
  *   unwrapping cut their zero padding, as the mechanisms say), and content of a length its
  *   key type cannot have CKR_WRAPPED_KEY_INVALID; the same holds for C_GenerateKeyPair's
- *   private template (another curve or public exponent than the pair's).
+ *   private template (another curve or public exponent than the pair's);
+ * - a digest that took a key (C_DigestKey) holds key bytes: C_GetOperationState answers
+ *   CKR_STATE_UNSAVEABLE;
+ * - a CK_BBOOL given as another byte than 0 or 1 is CK_TRUE to every reader: kept as 1, found
+ *   by a search for CK_TRUE, and CKA_ALWAYS_AUTHENTICATE of 2 asks for the PIN;
+ * - CKA_CHECK_VALUE is computed where PKCS#11 defines it (AES, DES3, generic secret); a
+ *   template's other value is CKR_ATTRIBUTE_VALUE_INVALID, and one the token cannot compute
+ *   is ignored; CKA_ALLOWED_MECHANISMS must be whole CK_MECHANISM_TYPEs; a copy may not make
+ *   a private object public;
+ * - objects made by one thread while another logs the user out or closes their session go
+ *   with the others (their handles invalid after the next C_Login).
  *
  * The token must be fresh (OPENCF_SOFTTOKEN_DIR of its own): its expired default user PIN
  * "changeme" is changed on the first login.
@@ -192,6 +202,27 @@ static void single_part_and_cancel_rules(CK_SESSION_HANDLE s)
                CKR_OPERATION_NOT_INITIALIZED);
     }
 
+    /* C_Encrypt "must be called after C_EncryptInit without intervening C_EncryptUpdate
+     * calls": in AES-CTR too, whose update could simply go on with the stream. */
+    CK_AES_CTR_PARAMS cp = { 128, { 0 } };
+    CK_MECHANISM ctr = { CKM_AES_CTR, &cp, sizeof cp };
+    CK_BYTE ctr_out[32];
+    CK_ULONG ctr_len = sizeof ctr_out;
+    must("C_EncryptInit(CTR)", F->C_EncryptInit(s, &ctr, aes));
+    must("C_EncryptUpdate(CTR)", F->C_EncryptUpdate(s, data32, 16, ctr_out, &ctr_len));
+    ctr_len = sizeof ctr_out;
+    expect("CTR C_Encrypt after C_EncryptUpdate", F->C_Encrypt(s, data32 + 16, 16, ctr_out, &ctr_len),
+           CKR_OPERATION_ACTIVE);
+    ctr_len = sizeof ctr_out;
+    expect("  then C_EncryptUpdate (the error ended it)", F->C_EncryptUpdate(s, data32, 16, ctr_out, &ctr_len),
+           CKR_OPERATION_NOT_INITIALIZED);
+    must("C_DecryptInit(CTR)", F->C_DecryptInit(s, &ctr, aes));
+    ctr_len = 0;
+    must("C_DecryptUpdate(CTR) size query", F->C_DecryptUpdate(s, data32, 16, NULL, &ctr_len));
+    ctr_len = sizeof ctr_out;
+    expect("CTR C_Decrypt after a size query of C_DecryptUpdate", F->C_Decrypt(s, data32, 32, ctr_out, &ctr_len),
+           CKR_OK);
+
     CK_BYTE gcm_iv[12] = { 0 }, tag[16], out[64];
     CK_GCM_MESSAGE_PARAMS gp = { gcm_iv, sizeof gcm_iv, 0, CKG_NO_GENERATE, tag, 128 };
     CK_MECHANISM gcm = { CKM_AES_GCM, NULL, 0 };
@@ -299,19 +330,21 @@ static void no_answer_confirms_a_guess(CK_SESSION_HANDLE s)
            CKR_ATTRIBUTE_READ_ONLY);
 }
 
-/* CKA_ALWAYS_AUTHENTICATE: the PIN again before each signature and each decryption. */
-static void context_specific_login(CK_SESSION_HANDLE s)
+/* CKA_ALWAYS_AUTHENTICATE (given as the byte `flag`, CK_TRUE or another true byte): the PIN
+ * again before each signature and each decryption. */
+static void context_specific_login(CK_SESSION_HANDLE s, CK_BBOOL flag)
 {
     CK_MECHANISM gen = { CKM_RSA_PKCS_KEY_PAIR_GEN, NULL, 0 };
     CK_ULONG bits = 2048;
     CK_BYTE e[] = { 1, 0, 1 };
     CK_ATTRIBUTE pub_t[] = { A(CKA_MODULUS_BITS, bits), { CKA_PUBLIC_EXPONENT, e, 3 },
                              A(CKA_VERIFY, T), A(CKA_ENCRYPT, T) };
-    CK_ATTRIBUTE priv_t[] = { A(CKA_SIGN, T), A(CKA_DECRYPT, T), A(CKA_ALWAYS_AUTHENTICATE, T) };
+    CK_ATTRIBUTE priv_t[] = { A(CKA_SIGN, T), A(CKA_DECRYPT, T), A(CKA_ALWAYS_AUTHENTICATE, flag) };
     CK_OBJECT_HANDLE pub, priv;
     CK_BYTE sig[256], ct[256], pt[256];
     CK_ULONG len, ct_len = sizeof ct;
     must("C_GenerateKeyPair", F->C_GenerateKeyPair(s, &gen, pub_t, NA(pub_t), priv_t, NA(priv_t), &pub, &priv));
+    printf("#  CKA_ALWAYS_AUTHENTICATE given as %u\n", flag);
 
     expect("C_Login(CKU_CONTEXT_SPECIFIC) with no operation",
            F->C_Login(s, CKU_CONTEXT_SPECIFIC, PIN, PINLEN(PIN)), CKR_OPERATION_NOT_INITIALIZED);
@@ -605,6 +638,288 @@ static void generated_keys_follow_their_content(CK_SESSION_HANDLE s)
            CKR_OK);
 }
 
+/* C_DigestKey puts the key's value into the digest's running state (a key shorter than the
+ * hash's block, in clear): C_GetOperationState may not save it, or a sensitive, unextractable
+ * key could be read out of the saved state. A digest of data alone saves. */
+static void keyed_digest_unsaveable(CK_SESSION_HANDLE s)
+{
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_SENSITIVE, T), A(CKA_EXTRACTABLE, Fa), A(CKA_ENCRYPT, T) };
+    CK_OBJECT_HANDLE k = make(s, ka, NA(ka));
+    CK_BYTE state[1024], d[32];
+    CK_ULONG n = sizeof state, dl = sizeof d;
+    must("C_DigestInit", F->C_DigestInit(s, &m_sha));
+    must("C_DigestUpdate", F->C_DigestUpdate(s, data32, 32));
+    expect("C_GetOperationState of a digest of data", F->C_GetOperationState(s, state, &n), CKR_OK);
+    must("C_DigestKey", F->C_DigestKey(s, k));
+    n = sizeof state;
+    memset(state, 0, sizeof state);
+    expect("C_GetOperationState after C_DigestKey", F->C_GetOperationState(s, state, &n),
+           CKR_STATE_UNSAVEABLE);
+    int seen = 0;
+    for (size_t i = 0; i + sizeof v16 <= sizeof state; i++)
+        seen |= memcmp(state + i, v16, sizeof v16) == 0;
+    check("  the key's value is nowhere in the buffer", !seen);
+    n = 0;
+    expect("  its size query too", F->C_GetOperationState(s, NULL, &n), CKR_STATE_UNSAVEABLE);
+    expect("  the digest goes on", F->C_DigestFinal(s, d, &dl), CKR_OK);
+}
+
+/* A CK_BBOOL is CK_TRUE (1) or CK_FALSE (0). Another byte is taken as true, and kept as
+ * CK_TRUE, so that every reader, one comparing with CK_TRUE included, reads it so. */
+static void flag_bytes(CK_SESSION_HANDLE s)
+{
+    static CK_UTF8CHAR label[] = "oplife flag byte";
+    CK_BBOOL two = 2, enc = 9, sens = 9;
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_ENCRYPT, two), A(CKA_SENSITIVE, two), { CKA_LABEL, label, sizeof label - 1 } };
+    CK_OBJECT_HANDLE k = make(s, ka, NA(ka)), found[4], h;
+    CK_ATTRIBUTE get[] = { A(CKA_ENCRYPT, enc), A(CKA_SENSITIVE, sens) };
+    expect("C_GetAttributeValue of flags given as 2", F->C_GetAttributeValue(s, k, get, NA(get)), CKR_OK);
+    check("  both read back as CK_TRUE", enc == CK_TRUE && sens == CK_TRUE);
+    CK_ATTRIBUTE find[] = { { CKA_LABEL, label, sizeof label - 1 }, A(CKA_ENCRYPT, T) };
+    CK_ULONG n = 0;
+    must("C_FindObjectsInit", F->C_FindObjectsInit(s, find, NA(find)));
+    must("C_FindObjects", F->C_FindObjects(s, found, NA(found), &n));
+    must("C_FindObjectsFinal", F->C_FindObjectsFinal(s));
+    check("  the key is found by a search for CKA_ENCRYPT = CK_TRUE", n == 1 && found[0] == k);
+    CK_ATTRIBUTE find2[] = { { CKA_LABEL, label, sizeof label - 1 }, A(CKA_ENCRYPT, two) };
+    must("C_FindObjectsInit", F->C_FindObjectsInit(s, find2, NA(find2)));
+    must("C_FindObjects", F->C_FindObjects(s, found, NA(found), &n));
+    must("C_FindObjectsFinal", F->C_FindObjectsFinal(s));
+    check("  and by a search for CKA_ENCRYPT = 2", n == 1 && found[0] == k);
+    CK_ATTRIBUTE twice[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                             A(CKA_ENCRYPT, T), A(CKA_ENCRYPT, two) };
+    expect("C_CreateObject with CKA_ENCRYPT given as 1 and as 2 (one value)",
+           F->C_CreateObject(s, twice, NA(twice), &h), CKR_OK);
+}
+
+/* Reads CKA_CHECK_VALUE of `h` into kcv (3 bytes); the answer. */
+static CK_RV read_kcv(CK_SESSION_HANDLE s, CK_OBJECT_HANDLE h, CK_BYTE kcv[3], CK_ULONG *len)
+{
+    CK_ATTRIBUTE a = { CKA_CHECK_VALUE, kcv, 3 };
+    CK_RV rv = F->C_GetAttributeValue(s, h, &a, 1);
+    *len = a.ulValueLen;
+    return rv;
+}
+
+/* CKA_CHECK_VALUE, as PKCS#11 defines it for each key type: the first three bytes of the ECB
+ * encryption of a zero block under an AES or DES3 key, of the SHA-1 of a generic secret's
+ * value (the values here from OpenSSL's command line). Computed for a new key; a template's
+ * other value is CKR_ATTRIBUTE_VALUE_INVALID ("it must match what the library calculates it
+ * to be"), in C_UnwrapKey too; for a key type without a check value it is ignored. */
+static void check_values(CK_SESSION_HANDLE s)
+{
+    static CK_BYTE aes_kcv[3] = { 0x0b, 0x9b, 0x15 }, gen_kcv[3] = { 0xb1, 0x77, 0x5a },
+                   des3_kcv[3] = { 0x30, 0x6b, 0xbf }, wrong[3] = { 0xde, 0xad, 0x01 };
+    static CK_BYTE des3[24] = "0123456789abcdefghijklmn";
+    CK_KEY_TYPE kt_des3 = CKK_DES3, kt_chacha = CKK_CHACHA20;
+    CK_BYTE kcv[3];
+    CK_ULONG len;
+    CK_OBJECT_HANDLE h;
+    struct {
+        const char *name;
+        CK_KEY_TYPE *kt;
+        CK_BYTE *value;
+        CK_ULONG value_len;
+        CK_BYTE *kcv;
+    } keys[] = { { "AES-128", &kt_aes, v16, sizeof v16, aes_kcv },
+                 { "generic secret", &kt_gen, v32, sizeof v32, gen_kcv },
+                 { "DES3", &kt_des3, des3, sizeof des3, des3_kcv } };
+    for (size_t i = 0; i < NA(keys); i++) {
+        char what[128];
+        CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), { CKA_KEY_TYPE, keys[i].kt, sizeof(CK_KEY_TYPE) },
+                              { CKA_VALUE, keys[i].value, keys[i].value_len }, { CKA_CHECK_VALUE, NULL, 0 } };
+        h = make(s, ka, 3);
+        snprintf(what, sizeof what, "%s key: CKA_CHECK_VALUE computed", keys[i].name);
+        expect(what, read_kcv(s, h, kcv, &len), CKR_OK);
+        check("  the key type's check value", len == 3 && memcmp(kcv, keys[i].kcv, 3) == 0);
+        ka[3].pValue = keys[i].kcv;
+        ka[3].ulValueLen = 3;
+        snprintf(what, sizeof what, "%s key made with its check value", keys[i].name);
+        expect(what, F->C_CreateObject(s, ka, NA(ka), &h), CKR_OK);
+        ka[3].pValue = wrong;
+        snprintf(what, sizeof what, "%s key made with another check value", keys[i].name);
+        expect(what, F->C_CreateObject(s, ka, NA(ka), &h), CKR_ATTRIBUTE_VALUE_INVALID);
+    }
+
+    /* Unwrapped: the same rule. */
+    CK_MECHANISM kwp = { CKM_AES_KEY_WRAP_KWP, NULL, 0 };
+    CK_ATTRIBUTE wt[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v32),
+                          A(CKA_WRAP, T), A(CKA_UNWRAP, T) };
+    CK_ATTRIBUTE et[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_EXTRACTABLE, T) };
+    CK_OBJECT_HANDLE wk = make(s, wt, NA(wt)), ek = make(s, et, NA(et));
+    CK_BYTE wrapped[64];
+    CK_ULONG wl = sizeof wrapped;
+    must("C_WrapKey", F->C_WrapKey(s, &kwp, wk, ek, wrapped, &wl));
+    CK_ATTRIBUTE ut[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), { CKA_CHECK_VALUE, wrong, 3 } };
+    expect("C_UnwrapKey with another check value", F->C_UnwrapKey(s, &kwp, wk, wrapped, wl, ut, NA(ut), &h),
+           CKR_ATTRIBUTE_VALUE_INVALID);
+    ut[2].pValue = aes_kcv;
+    expect("C_UnwrapKey with the key's check value", F->C_UnwrapKey(s, &kwp, wk, wrapped, wl, ut, NA(ut), &h),
+           CKR_OK);
+
+    /* A key type with no check value: a given one is ignored, not kept. */
+    CK_ATTRIBUTE ct[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_chacha), A(CKA_VALUE, v32),
+                          { CKA_CHECK_VALUE, wrong, 3 } };
+    expect("ChaCha20 key made with a check value", F->C_CreateObject(s, ct, NA(ct), &h), CKR_OK);
+    expect("  the value is not kept", read_kcv(s, h, kcv, &len), CKR_ATTRIBUTE_TYPE_INVALID);
+}
+
+/* CKA_ALLOWED_MECHANISMS is an array of CK_MECHANISM_TYPE: a length that is not a multiple of
+ * one is CKR_ATTRIBUTE_VALUE_INVALID (a partial entry would be dropped, or refuse every
+ * mechanism without a word). A copy may make a public object private, not a private one
+ * public (it would be used without the PIN). */
+static void allowed_mechanisms_and_copies(CK_SESSION_HANDLE s)
+{
+    CK_MECHANISM_TYPE allow[2] = { CKM_AES_CBC_PAD, CKM_AES_ECB };
+    CK_ATTRIBUTE ka[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_ENCRYPT, T), { CKA_ALLOWED_MECHANISMS, allow, sizeof allow - 1 } };
+    CK_OBJECT_HANDLE h, copy;
+    expect("CKA_ALLOWED_MECHANISMS of 15 bytes", F->C_CreateObject(s, ka, NA(ka), &h),
+           CKR_ATTRIBUTE_VALUE_INVALID);
+    ka[4].ulValueLen = sizeof allow;
+    h = make(s, ka, NA(ka));
+    CK_ATTRIBUTE set[] = { { CKA_ALLOWED_MECHANISMS, allow, 3 } };
+    expect("C_SetAttributeValue(CKA_ALLOWED_MECHANISMS of 3 bytes)", F->C_SetAttributeValue(s, h, set, 1),
+           CKR_ATTRIBUTE_VALUE_INVALID);
+    set[0].ulValueLen = sizeof allow[0];
+    expect("C_SetAttributeValue(CKA_ALLOWED_MECHANISMS of one)", F->C_SetAttributeValue(s, h, set, 1), CKR_OK);
+
+    CK_ATTRIBUTE pk[] = { A(CKA_CLASS, cls_secret), A(CKA_KEY_TYPE, kt_aes), A(CKA_VALUE, v16),
+                          A(CKA_PRIVATE, T), A(CKA_ENCRYPT, T) };
+    CK_OBJECT_HANDLE priv = make(s, pk, NA(pk));
+    CK_ATTRIBUTE to_public[] = { A(CKA_PRIVATE, Fa) }, to_private[] = { A(CKA_PRIVATE, T) };
+    expect("C_CopyObject of a private key with CKA_PRIVATE false", F->C_CopyObject(s, priv, to_public, 1, &copy),
+           CKR_ATTRIBUTE_READ_ONLY);
+    expect("C_CopyObject of a private key with CKA_PRIVATE true", F->C_CopyObject(s, priv, to_private, 1, &copy),
+           CKR_OK);
+    pk[3].pValue = &Fa;
+    CK_OBJECT_HANDLE pub = make(s, pk, NA(pk));
+    expect("C_CopyObject of a public key with CKA_PRIVATE true", F->C_CopyObject(s, pub, to_private, 1, &copy),
+           CKR_OK);
+}
+
+/* Objects made by one thread while another logs the user out, or closes their session: the
+ * logout's and the close's sweeps must not miss them. */
+static CK_SESSION_HANDLE racing;
+static volatile int race_phase; /* 0 make, 1 pause asked, 2 paused, 3 stop */
+static CK_OBJECT_HANDLE race_made[4096];
+static volatile int race_n;
+static CK_BBOOL race_token;
+
+static CK_RV make_data(CK_SESSION_HANDLE s, CK_BBOOL *token, CK_BBOOL *private, CK_OBJECT_HANDLE *h)
+{
+    static CK_OBJECT_CLASS cls_data = CKO_DATA;
+    static CK_UTF8CHAR label[] = "oplife race";
+    static CK_BYTE value[] = "v";
+    CK_ATTRIBUTE t[] = { A(CKA_CLASS, cls_data), { CKA_TOKEN, token, 1 }, { CKA_PRIVATE, private, 1 },
+                         { CKA_LABEL, label, sizeof label - 1 }, { CKA_VALUE, value, 1 } };
+    return F->C_CreateObject(s, t, NA(t), h);
+}
+
+static void *race_maker(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int p = __atomic_load_n(&race_phase, __ATOMIC_SEQ_CST);
+        if (p == 3)
+            return NULL;
+        if (p == 1)
+            __atomic_store_n(&race_phase, 2, __ATOMIC_SEQ_CST);
+        if (p != 0)
+            continue;
+        CK_OBJECT_HANDLE h;
+        if (make_data(racing, &race_token, &T, &h) == CKR_OK && race_n < (int)NA(race_made))
+            race_made[race_n++] = h;
+    }
+}
+
+static void objects_made_across_logout(CK_SESSION_HANDLE s, CK_BBOOL token, int rounds)
+{
+    CK_SESSION_HANDLE sb = open_rw();
+    racing = open_rw();
+    race_token = token;
+    race_phase = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, race_maker, NULL);
+    int survived = 0, checked = 0;
+    for (int r = 0; r < rounds; r++) {
+        race_n = 0;
+        usleep(token ? 3000 : 200);
+        must("C_Logout", F->C_Logout(sb));
+        __atomic_store_n(&race_phase, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&race_phase, __ATOMIC_SEQ_CST) != 2)
+            ;
+        login(sb);
+        /* Every object the thread made was made before the logout returned (after it, a
+         * private object cannot be made): its handle is invalid now. */
+        for (int i = 0; i < race_n; i++) {
+            CK_OBJECT_CLASS c;
+            CK_ATTRIBUTE get[] = { A(CKA_CLASS, c) };
+            checked++;
+            if (F->C_GetAttributeValue(sb, race_made[i], get, 1) == CKR_OK) {
+                survived++;
+                F->C_DestroyObject(sb, race_made[i]);
+            }
+        }
+        __atomic_store_n(&race_phase, 0, __ATOMIC_SEQ_CST);
+    }
+    __atomic_store_n(&race_phase, 3, __ATOMIC_SEQ_CST);
+    pthread_join(t, NULL);
+    F->C_CloseSession(racing);
+    /* The token objects stay in the keystore, under new handles: they go now. */
+    static CK_UTF8CHAR label[] = "oplife race";
+    CK_ATTRIBUTE mine[] = { { CKA_LABEL, label, sizeof label - 1 } };
+    CK_OBJECT_HANDLE found[64];
+    CK_ULONG n = 0;
+    do {
+        must("C_FindObjectsInit", F->C_FindObjectsInit(sb, mine, NA(mine)));
+        must("C_FindObjects", F->C_FindObjects(sb, found, NA(found), &n));
+        must("C_FindObjectsFinal", F->C_FindObjectsFinal(sb));
+        for (CK_ULONG i = 0; i < n; i++)
+            must("C_DestroyObject", F->C_DestroyObject(sb, found[i]));
+    } while (n > 0);
+    F->C_CloseSession(sb);
+    login(s);
+    char what[160];
+    snprintf(what, sizeof what, "private %s objects made while another thread logged out: %d of %d handles "
+             "valid after the next C_Login", token ? "token" : "session", survived, checked);
+    check(what, survived == 0 && checked > 0);
+}
+
+static void *close_maker(void *arg)
+{
+    (void)arg;
+    CK_OBJECT_HANDLE h;
+    while (make_data(racing, &Fa, &Fa, &h) == CKR_OK)
+        ;
+    return NULL;
+}
+
+static void objects_made_across_close(CK_SESSION_HANDLE s)
+{
+    static CK_UTF8CHAR label[] = "oplife race";
+    for (int r = 0; r < 100; r++) {
+        racing = open_rw();
+        pthread_t t;
+        pthread_create(&t, NULL, close_maker, NULL);
+        usleep(100);
+        F->C_CloseSession(racing);
+        pthread_join(t, NULL);
+    }
+    CK_ATTRIBUTE find[] = { { CKA_LABEL, label, sizeof label - 1 }, A(CKA_TOKEN, Fa) };
+    CK_OBJECT_HANDLE found[16];
+    CK_ULONG n = 0;
+    must("C_FindObjectsInit", F->C_FindObjectsInit(s, find, NA(find)));
+    must("C_FindObjects", F->C_FindObjects(s, found, NA(found), &n));
+    must("C_FindObjectsFinal", F->C_FindObjectsFinal(s));
+    char what[128];
+    snprintf(what, sizeof what, "session objects made while their session was closed: %lu left", n);
+    check(what, n == 0);
+}
+
 /* fork() while other threads work in the keystore: the child's C_Initialize (PKCS#11 3.2
  * §5.4: a forked child initializes again) must return, whatever the parent's threads were
  * doing at the fork. A child that does not finish in 8 s (the keystore's busy timeout is 10 s)
@@ -755,12 +1070,20 @@ int main(int argc, char **argv)
     one_verification_at_a_time(s);
     async_sessions_as_flagged();
     no_answer_confirms_a_guess(s);
-    context_specific_login(s);
+    context_specific_login(s, CK_TRUE);
+    context_specific_login(s, 2);
     private_handles_end_at_logout(s);
     trusted_and_wrap_template(s);
     unwrap_and_derive_templates(s);
     made_keys_follow_their_content(s);
     generated_keys_follow_their_content(s);
+    keyed_digest_unsaveable(s);
+    flag_bytes(s);
+    check_values(s);
+    allowed_mechanisms_and_copies(s);
+    objects_made_across_logout(s, CK_FALSE, 200);
+    objects_made_across_logout(s, CK_TRUE, 20);
+    objects_made_across_close(s);
     fork_while_the_keystore_is_busy();
     F->C_CloseSession(s);
     F->C_Finalize(NULL);

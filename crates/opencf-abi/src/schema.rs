@@ -224,7 +224,33 @@ pub fn check_given(class: CK_OBJECT_CLASS, t: CK_ATTRIBUTE_TYPE, v: &[u8]) -> Ck
     if is_ulong_attr(t) && v.len() != std::mem::size_of::<CK_ULONG>() {
         return Err(CKR_ATTRIBUTE_VALUE_INVALID);
     }
+    check_value(t, v)
+}
+
+/// Checks the layout of a value whose type says more than its length class:
+/// `CKA_ALLOWED_MECHANISMS` is an array of `CK_MECHANISM_TYPE`s, so a length that is not a
+/// multiple of one is `CKR_ATTRIBUTE_VALUE_INVALID` (a partial entry would be dropped, or a
+/// shorter value would refuse every mechanism without a word).
+pub fn check_value(t: CK_ATTRIBUTE_TYPE, v: &[u8]) -> CkResult<()> {
+    if t == CKA_ALLOWED_MECHANISMS
+        && !v
+            .len()
+            .is_multiple_of(std::mem::size_of::<CK_MECHANISM_TYPE>())
+    {
+        return Err(CKR_ATTRIBUTE_VALUE_INVALID);
+    }
     Ok(())
+}
+
+/// Whether two values of attribute `t` are the same: two one-byte `CK_BBOOL`s compare as
+/// flags (any byte but `CK_FALSE` is true: PKCS#11 defines only 0 and 1, and a byte such as 2
+/// read as true by one layer and as false by another would let one grant what the other
+/// denies), anything else byte for byte.
+pub fn same_value(t: CK_ATTRIBUTE_TYPE, a: &[u8], b: &[u8]) -> bool {
+    match (a, b) {
+        ([x], [y]) if is_bool_attr(t) => (*x != 0) == (*y != 0),
+        _ => a == b,
+    }
 }
 
 /// Checks a caller's template for a new object of class `class`: a type given twice with
@@ -234,7 +260,7 @@ pub fn check_template(template: &[Attribute], class: CK_OBJECT_CLASS) -> CkResul
     let mut given: BTreeMap<CK_ATTRIBUTE_TYPE, &[u8]> = BTreeMap::new();
     for a in template {
         if let Some(prev) = given.insert(a.kind, &a.value) {
-            if prev != a.value.as_slice() {
+            if !same_value(a.kind, prev, &a.value) {
                 return Err(CKR_TEMPLATE_INCONSISTENT);
             }
         }

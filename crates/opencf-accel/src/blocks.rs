@@ -188,6 +188,8 @@ pub struct CtrOp {
     done: u128,
     /// Bytes that may still be processed before the counter would wrap.
     left: u128,
+    /// An update has run: a single-part call may no longer follow.
+    started: bool,
 }
 
 impl CtrOp {
@@ -202,11 +204,21 @@ impl CtrOp {
             cb: u128::from_be_bytes(*cb),
             done: 0,
             left,
+            started: false,
         })
     }
 
-    /// `C_EncryptUpdate` / `C_DecryptUpdate`, and `C_Encrypt` / `C_Decrypt` (the software
-    /// token runs a single-part call as one more update, also after updates).
+    /// `C_Encrypt` / `C_Decrypt`: not after an update (PKCS#11 3.2 §5.9: "must be called
+    /// after C_EncryptInit without intervening C_EncryptUpdate calls"), as in the software
+    /// token and for every other mode.
+    pub fn one_shot(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        if self.started {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
+        self.update(bulk, input, out)
+    }
+
+    /// `C_EncryptUpdate` / `C_DecryptUpdate`.
     pub fn update(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
         let n = input.len() as u128;
         if n > self.left {
@@ -215,6 +227,7 @@ impl CtrOp {
         let Some(buf) = out.reserve(input.len())? else {
             return Ok(());
         };
+        self.started = true;
         let k = &*self.key;
         let g = k.ctr_gcm(input.len());
         let (start, skip) = (self.done / 16, (self.done % 16) as usize);
@@ -379,7 +392,7 @@ impl BulkOp {
     pub fn one_shot(&mut self, bulk: &Bulk, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
         match self {
             BulkOp::Gcm(op) => op.one_shot(bulk, input, out),
-            BulkOp::Ctr(op) => op.update(bulk, input, out),
+            BulkOp::Ctr(op) => op.one_shot(bulk, input, out),
             BulkOp::Ecb(op) => op.one_shot(bulk, input, out),
         }
     }
@@ -445,8 +458,8 @@ mod tests {
         out
     }
 
-    /// A single-part call after updates: AES-CTR goes on with the stream (as the software
-    /// token does), AES-ECB refuses it.
+    /// A single-part call after updates is refused, in AES-CTR as in AES-ECB (as in the
+    /// software token); a size query is no update.
     #[test]
     fn one_shot_after_update() {
         let bulk = Bulk::default();
@@ -454,12 +467,17 @@ mod tests {
         let data: Vec<u8> = (0..100u8).collect();
         let mut op = BulkOp::Ctr(CtrOp::new(&ctr(cb), key(), true).unwrap());
         let mut got = vec![0u8; 100];
+        op.update(&bulk, &data[..37], &mut OutBuf::new(None))
+            .unwrap();
+        op.one_shot(&bulk, &data, &mut OutBuf::new(Some(&mut got)))
+            .unwrap();
+        assert_eq!(got, reference(&cb, &data));
+        let mut op = BulkOp::Ctr(CtrOp::new(&ctr(cb), key(), true).unwrap());
         let (a, b) = got.split_at_mut(37);
         op.update(&bulk, &data[..37], &mut OutBuf::new(Some(a)))
             .unwrap();
-        op.one_shot(&bulk, &data[37..], &mut OutBuf::new(Some(b)))
-            .unwrap();
-        assert_eq!(got, reference(&cb, &data));
+        let r = op.one_shot(&bulk, &data[37..], &mut OutBuf::new(Some(b)));
+        assert_eq!(r, Err(CKR_OPERATION_ACTIVE));
 
         let ecb = Mechanism {
             mechanism: CKM_AES_ECB,

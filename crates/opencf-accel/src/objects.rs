@@ -314,9 +314,14 @@ impl Object {
                 .map_or(0, |b| b.num_bits());
             attrs.push(Attribute::ulong(CKA_MODULUS_BITS, bits as CK_ULONG));
         }
-        // Any other attribute of the class (CKA_SUBJECT, templates, …) is kept as given.
+        // Any other attribute of the class (CKA_SUBJECT, templates, …) is kept as given, but
+        // CKA_CHECK_VALUE: the provider does not compute one, and PKCS#11 has a library that
+        // does not ignore a given one rather than keep a value it never checked.
         for a in template {
-            if !SENSITIVE_ATTRS.contains(&a.kind) && !attrs.iter().any(|b| b.kind == a.kind) {
+            if !SENSITIVE_ATTRS.contains(&a.kind)
+                && a.kind != CKA_CHECK_VALUE
+                && !attrs.iter().any(|b| b.kind == a.kind)
+            {
                 attrs.push(a.clone());
             }
         }
@@ -333,11 +338,12 @@ impl Object {
         })
     }
 
-    /// A boolean attribute (false when absent).
+    /// A boolean attribute (false when absent): any one byte but `CK_FALSE` is true, as the
+    /// software token reads it (a `CKA_PRIVATE` of 2 is private in both).
     pub fn flag(&self, kind: CK_ATTRIBUTE_TYPE) -> bool {
         self.attrs
             .iter()
-            .any(|a| a.kind == kind && a.value.first() == Some(&1))
+            .any(|a| a.kind == kind && matches!(a.value.as_slice(), [x] if *x != 0))
     }
 
     /// Whether `CKA_ALLOWED_MECHANISMS` (empty: all) lets `mech` run.

@@ -56,16 +56,28 @@ impl AttrMapExt for AttrMap {
 }
 
 /// Builds a map from a caller's template; a type given twice with different values is
-/// `CKR_TEMPLATE_INCONSISTENT`.
+/// `CKR_TEMPLATE_INCONSISTENT`. A `CK_BBOOL` is kept as 0 or 1 ([`normalized`]).
 pub fn from_template(template: &[Attribute]) -> CkResult<AttrMap> {
     let mut m = AttrMap::new();
     for a in template {
         if let Some(prev) = m.get(&a.kind) {
-            if prev != &a.value {
+            if !same_value(a.kind, prev, &a.value) {
                 return Err(CKR_TEMPLATE_INCONSISTENT);
             }
         }
-        m.insert(a.kind, a.value.clone());
+        m.insert(a.kind, normalized(a.kind, &a.value));
     }
     Ok(m)
 }
+
+/// A caller's value of attribute `t` as the token keeps it: a one-byte `CK_BBOOL` other than
+/// `CK_FALSE` becomes `CK_TRUE` (1), as every reader of a flag takes it
+/// ([`opencf_abi::schema::same_value`]). Anything else is kept as given.
+pub fn normalized(t: CK_ATTRIBUTE_TYPE, v: &[u8]) -> Vec<u8> {
+    match v {
+        [b] if opencf_abi::schema::is_bool_attr(t) => vec![u8::from(*b != 0)],
+        _ => v.to_vec(),
+    }
+}
+
+pub use opencf_abi::schema::same_value;

@@ -25,6 +25,7 @@ impl SoftToken {
         let op = m.with_parsed(mech::digest_init)?;
         st.digest = Some(op);
         st.digest_multi = false;
+        st.digest_keyed = false;
         Ok(())
     }
 
@@ -76,6 +77,7 @@ impl SoftToken {
         }
         let value = obj.key().value().map_err(|_| CKR_KEY_INDIGESTIBLE)?;
         st.digest_multi = true;
+        st.digest_keyed = true;
         let op = st.digest.as_mut().ok_or(CKR_OPERATION_NOT_INITIALIZED)?;
         op.update(value)
     }

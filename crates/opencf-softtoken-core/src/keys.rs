@@ -97,7 +97,9 @@ fn with_key_template(
     };
     for a in decode_template(forced)? {
         match template.iter().find(|u| u.kind == a.kind) {
-            Some(u) if u.value != a.value => return Err(CKR_TEMPLATE_INCONSISTENT),
+            Some(u) if !attrs::same_value(a.kind, &u.value, &a.value) => {
+                return Err(CKR_TEMPLATE_INCONSISTENT)
+            }
             Some(_) => {}
             None => out.push(a),
         }

@@ -157,6 +157,26 @@ fn take_key_info(attrs: &mut AttrMap, origin: Origin) -> CkResult<()> {
     })
 }
 
+/// Sets a new object's `CKA_CHECK_VALUE` where the token computes one
+/// ([`mech::check_value`]). A value the template gives must be that one (an empty one says
+/// nothing): another is `CKR_ATTRIBUTE_VALUE_INVALID`, as PKCS#11 3.2 has it for every
+/// template. Where the token computes none, a given value is ignored, as the specification
+/// asks, and not kept: the token could not stand behind it.
+fn take_check_value(attrs: &mut AttrMap, class: CK_OBJECT_CLASS) -> CkResult<()> {
+    let given = attrs.remove(&CKA_CHECK_VALUE);
+    let made = attrs
+        .bytes(CKA_VALUE)
+        .and_then(|v| mech::check_value(class, attrs.ulong(CKA_KEY_TYPE).ok().flatten(), v));
+    match (given, made) {
+        (Some(g), Some(m)) if !g.is_empty() && g != m => Err(CKR_ATTRIBUTE_VALUE_INVALID),
+        (_, Some(m)) => {
+            attrs.insert(CKA_CHECK_VALUE, m);
+            Ok(())
+        }
+        (_, None) => Ok(()),
+    }
+}
+
 impl SoftToken {
     /// The object `h` as seen from session `sess` (its token, visible to its login state);
     /// absent → `missing`.
@@ -206,6 +226,8 @@ impl SoftToken {
         sess: &Session,
         objects: Vec<AttrMap>,
     ) -> CkResult<Vec<CK_OBJECT_HANDLE>> {
+        // Read before the login is checked: a logout from here on is seen below.
+        let logouts = sess.token.logouts.load(Ordering::SeqCst);
         let mut made = Vec::with_capacity(objects.len());
         for mut attrs in objects {
             let token = attrs.is_true(CKA_TOKEN);
@@ -234,7 +256,8 @@ impl SoftToken {
         }
         .into_iter();
         let mut handles = Vec::with_capacity(made.len());
-        for (token, _, attrs) in made {
+        let mut kept = Vec::with_capacity(made.len());
+        for (token, private, attrs) in made {
             let handle = self.new_object_handle();
             if token {
                 let id = ids.next().expect("one id per token object");
@@ -245,6 +268,7 @@ impl SoftToken {
                     ),
                 );
                 sess.token.note_written(id, 1, handle);
+                kept.push((handle, private, Some(id)));
             } else {
                 self.objects.insert(
                     handle,
@@ -257,8 +281,33 @@ impl SoftToken {
                         Some(sess.handle),
                     )),
                 );
+                kept.push((handle, private, None));
             }
             handles.push(handle);
+        }
+        // Another thread may have logged the user out, or closed this session, while the
+        // objects were being made, after the check above and before they were in: its sweep
+        // missed them. A private object made across a logout, or a session object of a
+        // session closed meanwhile, goes now; its handle is invalid, as the sweep would have
+        // made it (PKCS#11 3.2 §5.6). A token object stays in the keystore, unknown to this
+        // process, and is found again under a new handle at the next login.
+        let logged_out = sess.token.logouts.load(Ordering::SeqCst) != logouts;
+        let closed = sess.closed.load(Ordering::SeqCst);
+        if logged_out || closed {
+            let mut gone = false;
+            for (handle, private, id) in kept {
+                let token = id.is_some();
+                if (private && logged_out) || (!token && closed) {
+                    self.objects.remove(handle);
+                    if let Some(id) = id {
+                        sess.token.note_deleted(id);
+                    }
+                    gone = true;
+                }
+            }
+            if gone {
+                self.bump_epoch();
+            }
         }
         Ok(handles)
     }
@@ -327,6 +376,7 @@ impl SoftToken {
             }
         }
         take_key_info(&mut attrs, origin)?;
+        take_check_value(&mut attrs, class)?;
         if class == CKO_CERTIFICATE {
             let ct = attrs.ulong(CKA_CERTIFICATE_TYPE)?.unwrap_or(CKC_X_509);
             if ct != CKC_X_509 {

@@ -237,6 +237,7 @@ pub fn check_change(
     if is_bool_attr(t) && new.len() != 1 {
         return Err(CKR_ATTRIBUTE_VALUE_INVALID);
     }
+    schema::check_value(t, new)?;
     let v = new.first().copied().unwrap_or(0) != 0;
     match t {
         // Once sensitive, always sensitive; once unextractable, always unextractable.
@@ -249,6 +250,12 @@ pub fn check_change(
         CKA_MODIFIABLE if copying && v && !current.is_true(CKA_MODIFIABLE) => {
             Err(CKR_ATTRIBUTE_READ_ONLY)
         }
+        // *Decision*: a copy may make a public object private, not a private one public: the
+        // copy would be read and used without the PIN (PKCS#11 3.2 §5.7 lets the token refuse
+        // a change of CKA_PRIVATE in a copy; SoftHSMv2 refuses it too).
+        CKA_PRIVATE if copying && !v && current.is_true(CKA_PRIVATE) => {
+            Err(CKR_ATTRIBUTE_READ_ONLY)
+        }
         CKA_TRUSTED if v && !so => Err(CKR_ATTRIBUTE_READ_ONLY),
         CKA_VALUE if class != CKO_DATA => Err(CKR_ATTRIBUTE_READ_ONLY),
         _ => Ok(()),
@@ -257,9 +264,13 @@ pub fn check_change(
 
 /// Whether `obj` matches every attribute of a search template.
 pub fn matches(obj: &AttrMap, template: &[(CK_ATTRIBUTE_TYPE, Vec<u8>)]) -> bool {
-    template
-        .iter()
-        .all(|(t, v)| obj.get(t).is_some_and(|have| have == v) && !is_hidden(obj, *t))
+    template.iter().all(|(t, v)| {
+        // A hidden value matches nothing, and is not compared at all.
+        !is_hidden(obj, *t)
+            && obj
+                .get(t)
+                .is_some_and(|have| crate::attrs::same_value(*t, have, v))
+    })
 }
 
 #[cfg(test)]

@@ -62,6 +62,10 @@ pub struct OpState {
     pub digest: Option<Box<dyn DigestOp>>,
     /// The digest has had `C_DigestUpdate`/`C_DigestKey`: `C_Digest` is no longer allowed.
     pub digest_multi: bool,
+    /// The digest has taken a key's value (`C_DigestKey`): its running state holds key bytes
+    /// (a key shorter than the hash's block in clear), so `C_GetOperationState` may not save
+    /// it.
+    pub digest_keyed: bool,
     /// Signature or MAC.
     pub sign: Option<SignState>,
     /// The signature has had `C_SignUpdate`: `C_Sign` is no longer allowed.
@@ -111,7 +115,7 @@ pub struct Session {
     pub flags: CK_FLAGS,
     /// Closed: a caller that pinned the session ([`SoftToken::pinned`]) gets
     /// `CKR_SESSION_HANDLE_INVALID`, as the handle does.
-    closed: AtomicBool,
+    pub(crate) closed: AtomicBool,
     state: Mutex<OpState>,
 }
 
@@ -250,7 +254,9 @@ impl SoftToken {
 
     /// Ends a session: its session objects go, and the last session of a token logs out.
     fn end_session(&self, sess: &Session) {
-        sess.closed.store(true, Ordering::Release);
+        // Before its objects go: one that another thread makes in it meanwhile sees the
+        // flag once it is in, and takes itself out (`store_objects`).
+        sess.closed.store(true, Ordering::SeqCst);
         self.sessions.remove(sess.handle);
         let removed = self.objects.remove_where(|o| o.owner == Some(sess.handle));
         if !removed.is_empty() {
@@ -341,7 +347,7 @@ impl SoftToken {
             || st.message_encrypt.is_some()
             || st.message_decrypt.is_some();
         match &st.digest {
-            Some(_) if others => Err(CKR_STATE_UNSAVEABLE),
+            Some(_) if others || st.digest_keyed => Err(CKR_STATE_UNSAVEABLE),
             Some(d) => {
                 let state = d.state()?;
                 out.write(&state)?;
@@ -361,6 +367,7 @@ impl SoftToken {
         // The state of a digest under way: `C_Digest` may not follow, as after
         // `C_DigestUpdate`.
         st.digest_multi = true;
+        st.digest_keyed = false;
         Ok(())
     }
 
@@ -432,6 +439,10 @@ impl SoftToken {
         *token.master_key.lock().unwrap_or_else(|e| e.into_inner()) = None;
         token.pin_expired.store(false, Ordering::Release);
         if was == LOGGED_USER {
+            // Counted before the private objects go: one made meanwhile by another thread
+            // either is in before they go, and goes with them, or sees the count move and
+            // takes itself out (`store_objects`).
+            token.logouts.fetch_add(1, Ordering::SeqCst);
             token.forget_private(self);
         }
     }

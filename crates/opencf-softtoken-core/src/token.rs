@@ -45,6 +45,9 @@ pub struct Token {
     pub store: OnceLock<TokenStore>,
     /// `LOGGED_OUT`, `LOGGED_USER` or `LOGGED_SO`: read on hot paths.
     pub login_state: AtomicU8,
+    /// Counts the user's logouts: an object made while one ran checks it after it is
+    /// in, and goes if it changed (`SoftToken::store_objects`).
+    pub logouts: AtomicU64,
     /// The user is logged in with a PIN that must be changed first: object calls answer
     /// `CKR_PIN_EXPIRED`.
     pub pin_expired: AtomicBool,
@@ -88,6 +91,7 @@ impl Token {
             path,
             store: OnceLock::new(),
             login_state: AtomicU8::new(LOGGED_OUT),
+            logouts: AtomicU64::new(0),
             pin_expired: AtomicBool::new(false),
             master_key: Mutex::new(None),
             sync: Mutex::new(SyncState::default()),

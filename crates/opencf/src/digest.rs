@@ -50,10 +50,17 @@ impl OpenCf {
         }, |m| {
             let mut ms = self.lock(m);
             let b = self.meta_bound(&mut ms, OpKind::Digest)?;
-            self.with_key_in(&mut ms, b.prov, k, |_, pk| {
-                self.p(b.prov).digest_key(b.h, pk)
-            })?
-            .unwrap_or(Err(CKR_KEY_INDIGESTIBLE))
+            let r = self
+                .with_key_in(&mut ms, b.prov, k, |_, pk| {
+                    self.p(b.prov).digest_key(b.h, pk)
+                })?
+                .unwrap_or(Err(CKR_KEY_INDIGESTIBLE));
+            if r.is_ok() {
+                if let Some(op) = ms.ops[OpKind::Digest as usize].as_mut() {
+                    op.keyed = true;
+                }
+            }
+            r
         })
     }
     /// `C_DigestFinal`.

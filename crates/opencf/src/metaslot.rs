@@ -147,6 +147,9 @@ pub struct Op {
     /// What another candidate needs to run the operation, kept only while one may still have
     /// to (binding deferred, or a later candidate for failover).
     pub kept: Option<Box<Kept>>,
+    /// A digest that has taken a key's value (`C_DigestKey`): its saved state would hold key
+    /// bytes, so `C_GetOperationState` refuses it whatever the provider would answer.
+    pub keyed: bool,
 }
 
 impl Op {
@@ -164,6 +167,7 @@ impl Op {
             eager: false,
             move_at: 0,
             kept,
+            keyed: false,
         }
     }
     /// An operation bound to `b` that keeps nothing for another candidate.

@@ -301,8 +301,10 @@ fn ulong_of(v: &AttrValue) -> CkResult<CK_ULONG> {
     }
 }
 
+/// A `CK_BBOOL` read as the software token reads it: any byte but `CK_FALSE` is true (a key
+/// stored with the byte 2 in `CKA_ALWAYS_AUTHENTICATE` needs the PIN there, so it must here).
 fn is_true(v: &AttrValue) -> bool {
-    matches!(v, AttrValue::Value(b) if b.first() == Some(&1))
+    matches!(v, AttrValue::Value(b) if matches!(b.as_slice(), [x] if *x != 0))
 }
 
 /// Runs a two-call output function: size query, then the real call.

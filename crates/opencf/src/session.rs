@@ -191,6 +191,13 @@ impl OpenCf {
                     .get_operation_state(ks, &mut OutBuf::new(None))
                     == Err(CKR_STATE_UNSAVEABLE)
             };
+            // A digest that took a key holds key bytes in its state (docs/SOFTTOKEN.md).
+            if ms.ops[OpKind::Digest as usize]
+                .as_ref()
+                .is_some_and(|op| op.keyed)
+            {
+                return Err(CKR_STATE_UNSAVEABLE);
+            }
             let Some(mech) = ms.ops[OpKind::Digest as usize].as_ref().map(|op| op.mech) else {
                 return Err(if ks_busy() {
                     CKR_STATE_UNSAVEABLE

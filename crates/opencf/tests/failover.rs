@@ -919,6 +919,67 @@ fn a_fallback_is_counted_when_another_provider_takes_over() {
     p.finalize().unwrap();
 }
 
+/// A `CK_BBOOL` given as another byte than 0 or 1 (here 2) is true to slot 0 as it is to the
+/// software token: a private key whose `CKA_ALWAYS_AUTHENTICATE` is 2 asks for the PIN before
+/// each signature (read as false, the key was cloned into the faulty provider, first for
+/// ECDSA, which signed without the PIN), and one whose `CKA_SIGN` is 2 signs (read as false,
+/// its clone was refused the signature).
+#[test]
+fn a_flag_byte_of_two_is_true_on_slot_0() {
+    use opencf_abi::sys::*;
+    use opencf_abi::{Attribute as A, MechParam, OutBuf};
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load("flag-byte", "none");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    login(&s);
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let h = s.handle();
+    let gen = opencf_abi::Mechanism {
+        mechanism: CKM_EC_KEY_PAIR_GEN,
+        param: MechParam::None,
+    };
+    // A P-256 session key pair with `private` in the private key's template.
+    let pair = |private: &[A]| {
+        let public = [
+            A::new(CKA_EC_PARAMS, P256.to_vec()),
+            A::bool(CKA_VERIFY, true),
+            A::bool(CKA_TOKEN, false),
+        ];
+        let private = [private, &[A::bool(CKA_TOKEN, false)]].concat();
+        m.generate_key_pair(h, &gen, &public, &private).unwrap()
+    };
+    let ecdsa = opencf_abi::Mechanism::new(CKM_ECDSA_SHA256);
+    let mut sig = [0u8; 64];
+    // Signs (after `C_SignInit` and whatever `login` does) and verifies the signature.
+    let mut signs = |(public, private), login: &dyn Fn()| {
+        m.sign_init(h, &ecdsa, private).unwrap();
+        login();
+        let mut o = OutBuf::new(Some(&mut sig));
+        m.sign(h, b"data", &mut o).expect("C_Sign");
+        let n = o.len();
+        m.verify_init(h, &ecdsa, public).unwrap();
+        m.verify(h, b"data", &sig[..n]).unwrap();
+    };
+
+    let asks = pair(&[
+        A::bool(CKA_SIGN, true),
+        A::new(CKA_ALWAYS_AUTHENTICATE, vec![2]),
+    ]);
+    m.sign_init(h, &ecdsa, asks.1).unwrap();
+    assert_eq!(
+        m.sign(h, b"data", &mut OutBuf::new(Some(&mut [0u8; 64]))),
+        Err(CKR_USER_NOT_LOGGED_IN),
+        "C_Sign without C_Login(CKU_CONTEXT_SPECIFIC)"
+    );
+    signs(asks, &|| {
+        m.login(h, CKU_CONTEXT_SPECIFIC, USER_PIN.as_bytes())
+            .unwrap()
+    });
+    signs(pair(&[A::new(CKA_SIGN, vec![2])]), &|| {});
+    drop((m, s));
+    p.finalize().unwrap();
+}
+
 /// A new AES-128 encryption key through `s`.
 fn aes_128(s: &Session, token: bool, private: bool) -> ObjectHandle {
     s.generate_key(

@@ -309,6 +309,38 @@ pub fn same_attribute_value(t: CK_ATTRIBUTE_TYPE, given: &[u8], made: &[u8]) -> 
     }
 }
 
+/// `CKA_CHECK_VALUE` of a new object, where PKCS#11 3.2 defines one (§6 for each key type,
+/// §4.6 for certificates): for an AES or DES3 key, the first three bytes of the ECB encryption
+/// of one block of zero bytes under the key; for a generic secret key and an X.509
+/// certificate, the first three bytes of the SHA-1 of `CKA_VALUE`. `None` for the others,
+/// which have no check value the token computes.
+pub fn check_value(
+    class: CK_OBJECT_CLASS,
+    key_type: Option<CK_KEY_TYPE>,
+    value: &[u8],
+) -> Option<Vec<u8>> {
+    use openssl::symm::{encrypt, Cipher};
+    let full = match (class, key_type) {
+        (CKO_SECRET_KEY, Some(CKK_AES)) => {
+            let c = match value.len() {
+                16 => Cipher::aes_128_ecb(),
+                24 => Cipher::aes_192_ecb(),
+                32 => Cipher::aes_256_ecb(),
+                _ => return None,
+            };
+            encrypt(c, value, None, &[0u8; 16]).ok()?
+        }
+        (CKO_SECRET_KEY, Some(CKK_DES3)) if value.len() == 24 => {
+            encrypt(Cipher::des_ede3_ecb(), value, None, &[0u8; 8]).ok()?
+        }
+        (CKO_SECRET_KEY, Some(CKK_GENERIC_SECRET)) | (CKO_CERTIFICATE, _) => {
+            openssl::sha::sha1(value).to_vec()
+        }
+        _ => return None,
+    };
+    full.get(..3).map(<[u8]>::to_vec)
+}
+
 /// `CKA_PUBLIC_KEY_INFO` of a public or private key: the DER `SubjectPublicKeyInfo` of its
 /// public key, which a private key without its public part (an EC private key has no
 /// `CKA_EC_POINT`) computes from its private value. Empty for a key type OpenSSL has no

@@ -551,6 +551,8 @@ struct CtrOp {
     encrypt: bool,
     /// Bytes that may still be processed before the counter would wrap.
     left: u128,
+    /// An update has run: a single-part call may no longer follow.
+    started: bool,
 }
 
 impl CtrOp {
@@ -558,12 +560,22 @@ impl CtrOp {
         let kv = aes_key(&key)?;
         let (cb, left) = opencf_abi::aes_ctr_params(mech)?;
         let ctx = new_ctx(cipher(Alg::AesCtr, kv.len())?, kv, Some(cb), encrypt)?;
-        Ok(CtrOp { ctx, encrypt, left })
+        Ok(CtrOp {
+            ctx,
+            encrypt,
+            left,
+            started: false,
+        })
     }
 }
 
 impl CipherOp for CtrOp {
+    /// Not after an update: `C_Encrypt` "must be called after C_EncryptInit without
+    /// intervening C_EncryptUpdate calls" (PKCS#11 3.2 §5.9), in CTR as in the other modes.
     fn one_shot(&mut self, input: &[u8], out: &mut OutBuf) -> CkResult<()> {
+        if self.started {
+            return Err(CKR_OPERATION_ACTIVE);
+        }
         self.update(input, out)
     }
 
@@ -573,6 +585,7 @@ impl CipherOp for CtrOp {
             return Err(len_err(self.encrypt));
         }
         if let Some(buf) = out.reserve(input.len())? {
+            self.started = true;
             run_stream(&mut self.ctx, input, buf)?;
             self.left -= n;
         }
@@ -591,6 +604,7 @@ impl CipherOp for CtrOp {
         let (cb, left) = opencf_abi::aes_ctr_params(mech)?;
         init_ctx(&mut self.ctx, None, None, Some(cb), self.encrypt)?;
         self.left = left;
+        self.started = false;
         Ok(())
     }
 }

@@ -28,6 +28,11 @@ pub struct Prov {
     /// A session the framework owns on [`Prov::meta_slot`], holding key clones (session objects
     /// are visible to every session of the process on that token). Opened on first use.
     pub internal: Mutex<Option<CK_SESSION_HANDLE>>,
+    /// The module is the OpenCF software token (by its `C_GetInfo`), whose saved operation
+    /// states name their mechanism in a layout slot 0 can read
+    /// (`opencf_softtoken_core::mech::saved_state_mechanism`): `C_SetOperationState` checks
+    /// that mechanism against the policy. Another module's states are opaque.
+    pub softtoken_states: bool,
 }
 
 impl Prov {
@@ -205,6 +210,10 @@ fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
         }
     }
     let stats = stats_enabled().then(|| opencf_stat::provider(&cfg.name));
+    let softtoken_states = p.get_info().is_ok_and(|i| {
+        unpad_field(&i.manufacturerID) == "OpenCF"
+            && unpad_field(&i.libraryDescription) == "OpenCF software token"
+    });
     Ok(Prov {
         cfg,
         p,
@@ -214,6 +223,7 @@ fn probe(cfg: ProviderConfig, p: Provider) -> Result<Prov, CK_RV> {
         mechs,
         stats,
         internal: Mutex::new(None),
+        softtoken_states,
     })
 }
 

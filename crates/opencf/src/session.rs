@@ -233,7 +233,18 @@ impl OpenCf {
         e: CK_OBJECT_HANDLE,
         a: CK_OBJECT_HANDLE,
     ) -> CkResult<()> {
-        dispatch!(self, s, |p, h| p.set_operation_state(h, state, e, a), |m| {
+        dispatch!(self, s, |p, h, @prov| {
+            // A state of the software token names its digest: one the policy disables on
+            // this provider is refused, as its `C_DigestInit` is.
+            let pv = &self.providers[prov];
+            if pv.softtoken_states {
+                match opencf_softtoken_core::mech::saved_state_mechanism(state) {
+                    Some(mech) if pv.cfg.allows(mech) => {}
+                    _ => return Err(CKR_SAVED_STATE_INVALID),
+                }
+            }
+            p.set_operation_state(h, state, e, a)
+        }, |m| {
             let (name, mech, inner) = parse_state(state)?;
             let meta = self.meta()?;
             let route = meta
@@ -248,6 +259,14 @@ impl OpenCf {
                 .find(|(_, &p)| self.providers[p].cfg.name.as_bytes() == name)
                 .map(|(i, &p)| (i, p))
                 .ok_or(CKR_SAVED_STATE_INVALID)?;
+            // The software token's part names the digest it holds: it must be the header's,
+            // which the route and the policy were checked for (any other could be one the
+            // policy disables, run under an allowed one's name and counters).
+            if self.providers[prov].softtoken_states
+                && opencf_softtoken_core::mech::saved_state_mechanism(inner) != Some(mech)
+            {
+                return Err(CKR_SAVED_STATE_INVALID);
+            }
             let mut ms = self.lock(m);
             let h = self.session_in(&mut ms, prov)?;
             self.p(prov).set_operation_state(h, inner, 0, 0)?;

@@ -10,7 +10,7 @@
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf`.
 
 mod common;
-use common::{framework_lib, fresh_dir, provider, release, slot0};
+use common::{framework_lib, fresh_dir, hex, provider, release, slot0};
 
 use cryptoki::context::{CInitializeArgs, CInitializeFlags, Pkcs11};
 use cryptoki::error::{Error, RvError};
@@ -24,11 +24,16 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 /// libopencf.so over the software token alone, initialized.
 fn load(tag: &str) -> Pkcs11 {
+    load_with(tag, "")
+}
+
+/// [`load`] with `extra` lines in the software token's section of the configuration.
+fn load_with(tag: &str, extra: &str) -> Pkcs11 {
     let dir = fresh_dir(&format!("opstate-{tag}"));
     let conf = dir.join("opencf.toml");
     std::fs::write(
         &conf,
-        provider("softtoken", &release("libopencf_softtoken.so")),
+        provider("softtoken", &release("libopencf_softtoken.so")) + extra,
     )
     .unwrap();
     std::env::set_var("OPENCF_CONF", &conf);
@@ -554,5 +559,104 @@ fn slot0_refuses_or_takes_every_damaged_state() {
         assert!(taken > 0, "{mech:#x}: no changed state was taken");
     }
     drop((m, s));
+    p.finalize().unwrap();
+}
+
+/// A saved state names its digest twice: in slot 0's header and in the software token's own
+/// part. With SHA-1 disabled on the software token, a state whose header says SHA-256 and
+/// whose token part holds a SHA-1 digest (made by the software token loaded on its own, where
+/// no policy applies) is `CKR_SAVED_STATE_INVALID` on slot 0, and the token part alone on the
+/// token's own slot: the policy's SHA-1 never runs under another name. The states of allowed
+/// digests go back as before.
+#[test]
+fn a_restored_state_runs_only_what_the_policy_allows() {
+    use opencf_abi::sys::{
+        CKF_SERIAL_SESSION, CKM_SHA256, CKM_SHA_1, CKR_MECHANISM_INVALID,
+        CKR_OPERATION_NOT_INITIALIZED, CKR_SAVED_STATE_INVALID, CK_ULONG,
+    };
+    use opencf_abi::OutBuf;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let p = load_with("policy", "disabled = [\"CKM_SHA_1\"]\n");
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let sha = opencf_abi::Mechanism::new;
+    let state_of = |m: &opencf_abi::provider::Provider, h| {
+        let st = out_of(1024, |o| m.get_operation_state(h, o)).unwrap();
+        let _ = m.digest_final(h, &mut OutBuf::new(Some(&mut [0u8; 64])));
+        st
+    };
+
+    // SHA-1 and SHA-256 states of the software token loaded on its own.
+    let alone = opencf_abi::provider::Provider::load(&release("libopencf_softtoken.so")).unwrap();
+    alone.initialize().unwrap();
+    let slot = alone.get_slot_list(true).unwrap()[0];
+    let ha = alone.open_session(slot, CKF_SERIAL_SESSION).unwrap();
+    let token_state = |t| {
+        alone.digest_init(ha, &sha(t)).unwrap();
+        alone.digest_update(ha, b"a").unwrap();
+        state_of(&alone, ha)
+    };
+    let (sha1_part, sha256_part) = (token_state(CKM_SHA_1), token_state(CKM_SHA256));
+
+    // Slot 0: a SHA-256 state, its header then put before the SHA-1 part.
+    let s = slot0_session(&p);
+    let h = s.handle();
+    assert_eq!(
+        m.digest_init(h, &sha(CKM_SHA_1)),
+        Err(CKR_MECHANISM_INVALID)
+    );
+    m.digest_init(h, &sha(CKM_SHA256)).unwrap();
+    m.digest_update(h, b"a").unwrap();
+    let state = state_of(&m, h);
+    let header = 6 + state[5] as usize + std::mem::size_of::<CK_ULONG>();
+    assert_eq!(
+        &state[header..header + 4],
+        b"OCFD",
+        "the token's part follows the header"
+    );
+    let forged = [&state[..header], &sha1_part[..]].concat();
+    // `bad` is refused and leaves no digest; `good` goes on to SHA-256("abc").
+    let refused_then_goes_on = |h, bad: &[u8], good: &[u8], what: &str| {
+        assert_eq!(
+            m.set_operation_state(h, bad, 0, 0),
+            Err(CKR_SAVED_STATE_INVALID),
+            "{what}"
+        );
+        assert_eq!(
+            m.digest_update(h, b"bc"),
+            Err(CKR_OPERATION_NOT_INITIALIZED),
+            "{what}"
+        );
+        m.set_operation_state(h, good, 0, 0).unwrap();
+        m.digest_update(h, b"bc").unwrap();
+        assert_eq!(
+            hex(&out_of(64, |o| m.digest_final(h, o)).unwrap()),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            "{what}: the allowed state goes on"
+        );
+    };
+    refused_then_goes_on(
+        h,
+        &forged,
+        &state,
+        "slot 0: a SHA-1 part under a SHA-256 header",
+    );
+
+    // The software token's own slot in libopencf.so: the token's part alone.
+    let own = p
+        .get_slots_with_token()
+        .unwrap()
+        .into_iter()
+        .find(|s| p.get_token_info(*s).unwrap().label() == "OpenCF Softtoken")
+        .expect("the software token's own slot");
+    let so = p.open_ro_session(own).unwrap();
+    refused_then_goes_on(
+        so.handle(),
+        &sha1_part,
+        &sha256_part,
+        "the token's own slot: a SHA-1 state, SHA-1 disabled there",
+    );
+    drop((so, s, m));
+    alone.close_session(ha).unwrap();
+    alone.finalize().unwrap();
     p.finalize().unwrap();
 }

@@ -125,15 +125,22 @@ pub fn init(mech: &Mechanism) -> CkResult<Box<dyn DigestOp>> {
 
 /// `C_SetOperationState` for a digest: rebuilds what [`DigestOp::state`] saved.
 pub fn restore(state: &[u8]) -> CkResult<Box<dyn DigestOp>> {
-    if state.len() < STATE_HEADER || &state[..4] != STATE_MAGIC || state[4] != STATE_VERSION {
-        return Err(CKR_SAVED_STATE_INVALID);
-    }
-    let mut m = [0u8; MECH_LEN];
-    m.copy_from_slice(&state[5..STATE_HEADER]);
-    let mech = CK_MECHANISM_TYPE::from_le_bytes(m);
+    let mech = saved_state_mechanism(state).ok_or(CKR_SAVED_STATE_INVALID)?;
     let kind = sha_kind(mech).ok_or(CKR_SAVED_STATE_INVALID)?;
     let sha = Sha::import(kind, &state[STATE_HEADER..]).ok_or(CKR_SAVED_STATE_INVALID)?;
     Ok(Box::new(ShaOp { mech, sha }))
+}
+
+/// The mechanism a state [`restore`] would take names, if it is in the layout the token saves
+/// (the framework checks it against its policy before it hands the state on); `None`
+/// otherwise. The rest of the state is not checked here.
+pub fn saved_state_mechanism(state: &[u8]) -> Option<CK_MECHANISM_TYPE> {
+    if state.len() < STATE_HEADER || &state[..4] != STATE_MAGIC || state[4] != STATE_VERSION {
+        return None;
+    }
+    let mut m = [0u8; MECH_LEN];
+    m.copy_from_slice(&state[5..STATE_HEADER]);
+    Some(CK_MECHANISM_TYPE::from_le_bytes(m))
 }
 
 /// SHA-1 / SHA-2.

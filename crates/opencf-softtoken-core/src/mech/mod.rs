@@ -170,6 +170,8 @@ pub fn digest_init(mech: &Mechanism) -> CkResult<Box<dyn DigestOp>> {
     digest::init(mech)
 }
 
+pub use digest::saved_state_mechanism;
+
 /// `C_SetOperationState` for a digest: rebuilds it from [`DigestOp::state`].
 pub fn digest_restore(state: &[u8]) -> CkResult<Box<dyn DigestOp>> {
     digest::restore(state)

@@ -41,7 +41,9 @@
  *   is ignored; CKA_ALLOWED_MECHANISMS must be whole CK_MECHANISM_TYPEs; a copy may not make
  *   a private object public;
  * - objects made by one thread while another logs the user out or closes their session go
- *   with the others (their handles invalid after the next C_Login).
+ *   with the others (their handles invalid after the next C_Login);
+ * - with $OPLIFE_CRYPTOADM (slot 0): a forked child's operations are counted, exactly, beside
+ *   its parent's.
  *
  * The token must be fresh (OPENCF_SOFTTOKEN_DIR of its own): its expired default user PIN
  * "changeme" is changed on the first login.
@@ -988,6 +990,67 @@ static void fork_while_the_keystore_is_busy(void)
     check(what, !hung && !failed);
 }
 
+/* The live counters of a forked child (slot 0 only; $OPLIFE_CRYPTOADM names the cryptoadm
+ * that reads them): the parent and its child, which initializes again, each run N SHA-256
+ * digests at once, and `cryptoadm stat` counts 2N more. Sharing one segment, each process
+ * would hand out the same entries and shards from its own copy of the bookkeeping, and count
+ * over the other's. */
+static long sha256_ops(const char *cryptoadm)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' stat --prometheus -p softtoken -m CKM_SHA256", cryptoadm);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char line[512];
+    long ops = 0;
+    while (fgets(line, sizeof line, p)) {
+        long v;
+        if (strncmp(line, "opencf_operations_total{", 24) == 0 && sscanf(strrchr(line, '}') + 1, "%ld", &v) == 1)
+            ops += v;
+    }
+    return pclose(p) == 0 ? ops : -1;
+}
+
+static long digests(long n)
+{
+    CK_SESSION_HANDLE s = open_rw();
+    CK_BYTE out[32];
+    long ok = 0;
+    for (long i = 0; i < n; i++) {
+        CK_ULONG len = sizeof out;
+        if (F->C_DigestInit(s, &m_sha) == CKR_OK && F->C_Digest(s, data32, 4, out, &len) == CKR_OK)
+            ok++;
+    }
+    F->C_CloseSession(s);
+    return ok;
+}
+
+static void counts_of_a_forked_child(void)
+{
+    const char *cryptoadm = getenv("OPLIFE_CRYPTOADM");
+    if (!cryptoadm)
+        return;
+    const long n = 100000;
+    long before = sha256_ops(cryptoadm);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        int ok = F->C_Initialize(NULL) == CKR_OK && digests(n) == n && F->C_Finalize(NULL) == CKR_OK;
+        _exit(ok ? 0 : 1);
+    }
+    long mine = digests(n);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    check("parent and forked child each ran their digests", mine == n && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    long after = sha256_ops(cryptoadm);
+    char what[160];
+    snprintf(what, sizeof what, "cryptoadm stat: %ld SHA-256 operations more, of the parent's and the child's %ld",
+             after - before, 2 * n);
+    check(what, before >= 0 && after - before == 2 * n);
+}
+
 /* CKF_LIBRARY_CANT_CREATE_OS_THREADS: C_Initialize either refuses with
  * CKR_NEED_TO_CREATE_THREADS or keeps its word, here through a large AES-GCM encryption that
  * the accelerator's bulk engine would split over threads. */
@@ -1085,6 +1148,7 @@ int main(int argc, char **argv)
     objects_made_across_logout(s, CK_TRUE, 20);
     objects_made_across_close(s);
     fork_while_the_keystore_is_busy();
+    counts_of_a_forked_child();
     F->C_CloseSession(s);
     F->C_Finalize(NULL);
     printf("%s: %d failed\n", argv[1], failures);

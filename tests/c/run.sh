@@ -62,10 +62,16 @@ fi
     "${SEQDIFF_FIRST:-1}" 8 "${SEQDIFF_STEPS:-500}"
 # Operation life cycle and login rules: the software token alone, then slot 0 in the
 # zero configuration (the accelerator first), each on a fresh token.
+# On slot 0, the counters of a forked child are read with cryptoadm.
+CRYPTOADM=target/release/cryptoadm
+[ -f "$CRYPTOADM" ] || cargo build --release -p cryptoadm
 for m in target/release/libopencf_softtoken.so "$FRAMEWORK"; do
     d=$(mktemp -d)
+    stat_reader=
+    [ "$m" = "$FRAMEWORK" ] && stat_reader="$PWD/$CRYPTOADM"
     env -u OPENCF_CONF OPENCF_SOFTTOKEN_DIR="$d/token" XDG_CONFIG_HOME="$d/config" \
-        OPENCF_STAT_DIR="$d/stat" ./target/oplife "$m" 0 || { rm -rf "$d"; exit 1; }
+        OPENCF_STAT_DIR="$d/stat" ${stat_reader:+OPLIFE_CRYPTOADM="$stat_reader"} \
+        ./target/oplife "$m" 0 || { rm -rf "$d"; exit 1; }
     rm -rf "$d"
 done
 # One keystore, several processes at once: this one on the software token alone, then on

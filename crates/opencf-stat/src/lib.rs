@@ -640,13 +640,40 @@ pub fn default_dir() -> io::Result<PathBuf> {
 
 /// The process-wide registry, created on first use in [`default_dir`]; a disabled registry
 /// (every counter a no-op) if the segment cannot be created.
+///
+/// One per process: a child made by `fork()` gets a segment of its own at its first call
+/// (the framework's `C_Initialize` in the child makes one). Sharing the parent's, the two
+/// processes would each hand out the same free entries and the same exclusive shards from
+/// their own copies of the bookkeeping, and count over each other.
 pub fn global() -> &'static Registry {
-    static GLOBAL: OnceLock<&'static Registry> = OnceLock::new();
-    GLOBAL.get_or_init(|| {
-        default_dir()
+    static GLOBAL: Mutex<Option<(u32, &'static Registry)>> = Mutex::new(None);
+    let pid = std::process::id();
+    // A thread of the parent may have held the lock at the fork, in which case the child's
+    // copy stays locked: after a while without it, the child counts nothing rather than
+    // waiting for ever.
+    for _ in 0..10_000 {
+        let mut g = match GLOBAL.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::yield_now();
+                continue;
+            }
+        };
+        if let Some((p, r)) = *g {
+            if p == pid {
+                return r;
+            }
+            // A forked child: the parent's shards are not this process's to hold.
+            SHARDS_USED.store(0, Ordering::Relaxed);
+        }
+        let r = default_dir()
             .and_then(|d| Registry::create_in(&d))
-            .unwrap_or_else(|_| Registry::disabled())
-    })
+            .unwrap_or_else(|_| Registry::disabled());
+        *g = Some((pid, r));
+        return r;
+    }
+    Registry::disabled()
 }
 
 /// [`global`]`().provider(name)`: obtain once per provider and keep.

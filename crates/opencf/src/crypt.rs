@@ -63,7 +63,8 @@ impl OpenCf {
     /// `C_EncryptUpdate`.
     pub fn encrypt_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.encrypt_update(h, d, o), |m| {
-            self.meta_step(m, OpKind::Encrypt, d.len(), update_ends, |p, h| {
+            let q = o.is_query();
+            self.meta_step(m, OpKind::Encrypt, d.len(), q, update_ends, |p, h| {
                 p.encrypt_update(h, d, o)
             })
         })
@@ -72,7 +73,7 @@ impl OpenCf {
     pub fn encrypt_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.encrypt_final(h, o), |m| {
             let q = o.is_query();
-            self.meta_step(m, OpKind::Encrypt, 0, final_ends(q), |p, h| {
+            self.meta_step(m, OpKind::Encrypt, 0, q, final_ends(q), |p, h| {
                 p.encrypt_final(h, o)
             })
         })
@@ -105,7 +106,8 @@ impl OpenCf {
     /// `C_DecryptUpdate`.
     pub fn decrypt_update(&self, s: CK_SESSION_HANDLE, d: &[u8], o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.decrypt_update(h, d, o), |m| {
-            self.meta_step(m, OpKind::Decrypt, d.len(), update_ends, |p, h| {
+            let q = o.is_query();
+            self.meta_step(m, OpKind::Decrypt, d.len(), q, update_ends, |p, h| {
                 p.decrypt_update(h, d, o)
             })
         })
@@ -114,7 +116,7 @@ impl OpenCf {
     pub fn decrypt_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.decrypt_final(h, o), |m| {
             let q = o.is_query();
-            self.meta_step(m, OpKind::Decrypt, 0, final_ends(q), |p, h| {
+            self.meta_step(m, OpKind::Decrypt, 0, q, final_ends(q), |p, h| {
                 p.decrypt_final(h, o)
             })
         })

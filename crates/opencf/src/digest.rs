@@ -30,7 +30,7 @@ impl OpenCf {
     /// `C_DigestUpdate`.
     pub fn digest_update(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.digest_update(h, d), |m| {
-            self.meta_step(m, OpKind::Digest, d.len(), update_ends, |p, h| {
+            self.meta_step(m, OpKind::Digest, d.len(), false, update_ends, |p, h| {
                 p.digest_update(h, d)
             })
         })
@@ -67,7 +67,7 @@ impl OpenCf {
     pub fn digest_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.digest_final(h, o), |m| {
             let q = o.is_query();
-            self.meta_step(m, OpKind::Digest, 0, final_ends(q), |p, h| {
+            self.meta_step(m, OpKind::Digest, 0, q, final_ends(q), |p, h| {
                 p.digest_final(h, o)
             })
         })

@@ -30,7 +30,7 @@ impl OpenCf {
             return Err(CKR_OPERATION_NOT_INITIALIZED);
         }
         let query = out.is_query();
-        self.step_in(&mut ms, cipher, data.len(), update_ends, |p, h| {
+        self.step_in(&mut ms, cipher, data.len(), query, update_ends, |p, h| {
             if cipher == OpKind::Encrypt {
                 p.encrypt_update(h, data, &mut *out)
             } else {
@@ -49,6 +49,7 @@ impl OpenCf {
             &mut ms,
             second,
             plain.len(),
+            false,
             update_ends,
             |p, h| match second {
                 OpKind::Digest => p.digest_update(h, plain),

@@ -1093,9 +1093,21 @@ impl OpenCf {
             let t0 = msr.timing(&b, query);
             let r = f(self.at(&b, msr.ks_pin.as_ref()));
             match r {
-                // The operation stays active: a size query, or a buffer too small.
-                Ok(()) if query => return r,
-                Err(CKR_BUFFER_TOO_SMALL) => return r,
+                // The operation stays active: a size query, or a buffer too small. Another
+                // candidate has taken it over from those that failed it (the call that
+                // follows goes straight to it): their fallbacks count now.
+                Ok(()) if query => {
+                    if let Some(op) = msr.ops[kind as usize].as_ref() {
+                        self.fallbacks(&left_behind, op.mech);
+                    }
+                    return r;
+                }
+                Err(CKR_BUFFER_TOO_SMALL) => {
+                    if let Some(op) = msr.ops[kind as usize].as_ref() {
+                        self.fallbacks(&left_behind, op.mech);
+                    }
+                    return r;
+                }
                 Err(e) if recoverable(e) => failure = Some((b, e)),
                 r => {
                     ran(b.counters, &r, len as u64, t0);
@@ -1203,16 +1215,19 @@ impl OpenCf {
     }
 
     /// Runs a step of a multi-part operation on its provider (binding it first if it was
-    /// waiting for the length). `ends`: the step ends the operation when it returns `r`.
+    /// waiting for the length). `len`: the step's input; `query`: the step only asks for its
+    /// output's length (its input is not taken, nor counted); `ends`: the step ends the
+    /// operation when it returns `r`.
     pub fn meta_step(
         &self,
         m: &opencf_abi::sync::SessionLock<MetaSession>,
         kind: OpKind,
         len: usize,
+        query: bool,
         ends: impl Fn(&CkResult<()>) -> bool,
         f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
-        self.step_in(&mut m.lock(), kind, len, ends, f)
+        self.step_in(&mut m.lock(), kind, len, query, ends, f)
     }
 
     /// [`OpenCf::meta_step`] on a session already locked (the dual-function updates run two
@@ -1222,6 +1237,7 @@ impl OpenCf {
         ms: &mut MetaSession,
         kind: OpKind,
         len: usize,
+        query: bool,
         ends: impl Fn(&CkResult<()>) -> bool,
         f: impl FnOnce(&Provider, CK_SESSION_HANDLE) -> CkResult<()>,
     ) -> CkResult<()> {
@@ -1245,7 +1261,11 @@ impl OpenCf {
         op.eager = false;
         let b = op.bound.expect("bound");
         let r = f(self.p(b.prov), b.h);
-        op.bytes += len as u64;
+        // The input counts once the provider took it: not for a size query or a buffer too
+        // small, after which the caller gives the same input again.
+        if r.is_ok() && !query {
+            op.bytes += len as u64;
+        }
         if ends(&r) {
             ran(b.counters, &r, op.bytes, None);
             // An error ends the operation here, so it must end in the provider too, also when

@@ -57,7 +57,7 @@ impl OpenCf {
     /// `C_SignUpdate`.
     pub fn sign_update(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.sign_update(h, d), |m| {
-            self.meta_step(m, OpKind::Sign, d.len(), update_ends, |p, h| {
+            self.meta_step(m, OpKind::Sign, d.len(), false, update_ends, |p, h| {
                 p.sign_update(h, d)
             })
         })
@@ -66,7 +66,9 @@ impl OpenCf {
     pub fn sign_final(&self, s: CK_SESSION_HANDLE, o: &mut OutBuf) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.sign_final(h, o), |m| {
             let q = o.is_query();
-            self.meta_step(m, OpKind::Sign, 0, final_ends(q), |p, h| p.sign_final(h, o))
+            self.meta_step(m, OpKind::Sign, 0, q, final_ends(q), |p, h| {
+                p.sign_final(h, o)
+            })
         })
     }
     /// `C_SignRecover`.
@@ -87,7 +89,7 @@ impl OpenCf {
     /// `C_VerifyUpdate`.
     pub fn verify_update(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify_update(h, d), |m| {
-            self.meta_step(m, OpKind::Verify, d.len(), update_ends, |p, h| {
+            self.meta_step(m, OpKind::Verify, d.len(), false, update_ends, |p, h| {
                 p.verify_update(h, d)
             })
         })
@@ -95,7 +97,7 @@ impl OpenCf {
     /// `C_VerifyFinal`.
     pub fn verify_final(&self, s: CK_SESSION_HANDLE, sig: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify_final(h, sig), |m| {
-            self.meta_step(m, OpKind::Verify, 0, always_ends, |p, h| {
+            self.meta_step(m, OpKind::Verify, 0, false, always_ends, |p, h| {
                 p.verify_final(h, sig)
             })
         })
@@ -139,15 +141,20 @@ impl OpenCf {
     /// `C_VerifySignatureUpdate`.
     pub fn verify_signature_update(&self, s: CK_SESSION_HANDLE, d: &[u8]) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify_signature_update(h, d), |m| {
-            self.meta_step(m, OpKind::VerifySignature, d.len(), update_ends, |p, h| {
-                p.verify_signature_update(h, d)
-            })
+            self.meta_step(
+                m,
+                OpKind::VerifySignature,
+                d.len(),
+                false,
+                update_ends,
+                |p, h| p.verify_signature_update(h, d),
+            )
         })
     }
     /// `C_VerifySignatureFinal`.
     pub fn verify_signature_final(&self, s: CK_SESSION_HANDLE) -> CkResult<()> {
         dispatch!(self, s, |p, h| p.verify_signature_final(h), |m| {
-            self.meta_step(m, OpKind::VerifySignature, 0, always_ends, |p, h| {
+            self.meta_step(m, OpKind::VerifySignature, 0, false, always_ends, |p, h| {
                 p.verify_signature_final(h)
             })
         })

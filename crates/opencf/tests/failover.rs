@@ -919,6 +919,43 @@ fn a_fallback_is_counted_when_another_provider_takes_over() {
     p.finalize().unwrap();
 }
 
+/// The same with the faulty provider failing the single-part call itself, after the init
+/// bound the operation there, and the caller asking for the length first (as most callers
+/// do): the keystore takes the operation over at the size query, and the fallback counts
+/// then, once.
+#[test]
+fn a_fallback_on_a_size_query_is_counted() {
+    use opencf_abi::sys::*;
+    use opencf_abi::OutBuf;
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (p, _switch) = load_conf("takeover-query", "op-error", true, "");
+    let s = p.open_rw_session(slot0(&p)).unwrap();
+    let m = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let h = s.handle();
+    let sha = opencf_abi::Mechanism::new(CKM_SHA512);
+    let f0 = provider_stats("faulty");
+    m.digest_init(h, &sha).unwrap();
+    let mut q = OutBuf::new(None);
+    m.digest(h, b"abc", &mut q).unwrap();
+    assert_eq!(q.len(), 64, "the size query's answer");
+    let f1 = provider_stats("faulty");
+    assert_eq!(
+        (f1[1] - f0[1], f1[2] - f0[2]),
+        (1, 1),
+        "after the size query: the faulty provider's error, and its fallback: {f0:?} -> {f1:?}"
+    );
+    let mut d = [0u8; 64];
+    m.digest(h, b"abc", &mut OutBuf::new(Some(&mut d))).unwrap();
+    assert_eq!(&hex(&d)[..16], "ddaf35a193617aba", "SHA-512(\"abc\")");
+    let f2 = provider_stats("faulty");
+    assert_eq!(
+        f2, f1,
+        "the call itself went straight to the keystore: {f1:?} -> {f2:?}"
+    );
+    drop((m, s));
+    p.finalize().unwrap();
+}
+
 /// A `CK_BBOOL` given as another byte than 0 or 1 (here 2) is true to slot 0 as it is to the
 /// software token: a private key whose `CKA_ALWAYS_AUTHENTICATE` is 2 asks for the PIN before
 /// each signature (read as false, the key was cloned into the faulty provider, first for

@@ -1,7 +1,8 @@
 //! `cryptoadm stat` sees the metaslot's work: a child process runs a known number of
 //! operations through slot 0 of libopencf.so, and `cryptoadm stat --json`, run from this
 //! process, reports exactly that many for the provider and mechanism that ran them — while the
-//! child is alive and after it has exited.
+//! child is alive and after it has exited. A multi-part operation's input counts once, also
+//! when each step was asked for its length first.
 //!
 //! Build first: `cargo build --release -p opencf-softtoken -p opencf -p cryptoadm`.
 
@@ -20,8 +21,14 @@ use std::time::{Duration, Instant};
 const GCM_OPS: usize = 1234;
 const SHA_OPS: usize = 321;
 
+/// Multi-part AES-CBC-PAD encryptions the child runs, each of two updates of `MP_PART` bytes,
+/// each update asked for its length first.
+const MP_OPS: usize = 10;
+const MP_PART: usize = 1000;
+
 const CKM_AES_GCM: u64 = 0x1087;
 const CKM_SHA256: u64 = 0x250;
+const CKM_AES_CBC_PAD: u64 = 0x1085;
 
 /// Not a test on its own: in the child (`OPENCF_STAT_CHILD` = a directory) it runs the
 /// operations, writes `ready` there, and waits for `go` before it exits.
@@ -56,6 +63,31 @@ fn stat_child() {
     for _ in 0..SHA_OPS {
         s.digest(&Mechanism::Sha256, &[1u8; 100]).expect("C_Digest");
     }
+    // Multi-part, with the two-call protocol: a size query takes no input, nor counts it.
+    let raw = opencf_abi::provider::Provider::load(&framework_lib()).unwrap();
+    let cbc = opencf_abi::Mechanism {
+        mechanism: CKM_AES_CBC_PAD,
+        param: opencf_abi::MechParam::Bytes(vec![0; 16]),
+    };
+    for _ in 0..MP_OPS {
+        raw.encrypt_init(s.handle(), &cbc, key.handle()).unwrap();
+        for _ in 0..2 {
+            let mut q = opencf_abi::OutBuf::new(None);
+            raw.encrypt_update(s.handle(), &[3u8; MP_PART], &mut q)
+                .unwrap();
+            let mut out = vec![0u8; q.len()];
+            raw.encrypt_update(
+                s.handle(),
+                &[3u8; MP_PART],
+                &mut opencf_abi::OutBuf::new(Some(&mut out)),
+            )
+            .unwrap();
+        }
+        let mut out = [0u8; 32];
+        raw.encrypt_final(s.handle(), &mut opencf_abi::OutBuf::new(Some(&mut out)))
+            .unwrap();
+    }
+    drop(raw);
     std::fs::write(dir.join("ready"), b"").unwrap();
     let until = Instant::now() + Duration::from_secs(60);
     while !dir.join("go").exists() && Instant::now() < until {
@@ -130,6 +162,11 @@ fn cryptoadm_stat_counts_the_operations_of_another_process() {
         stat(&stats, "softtoken", CKM_SHA256),
         (SHA_OPS as u64, 100 * SHA_OPS as u64),
         "SHA-256 while the process runs"
+    );
+    assert_eq!(
+        stat(&stats, "softtoken", CKM_AES_CBC_PAD),
+        (MP_OPS as u64, (2 * MP_PART * MP_OPS) as u64),
+        "multi-part AES-CBC-PAD: each input counted once, not again for its size query"
     );
     std::fs::write(sync.join("go"), b"").unwrap();
     assert!(child.wait().unwrap().success(), "child failed");

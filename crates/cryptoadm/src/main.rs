@@ -1067,6 +1067,13 @@ fn overrides_words(file: &config::MetaslotConfig, env: &config::MetaslotConfig) 
 mod tests {
     use super::*;
 
+    /// The configuration refuses names alike in the bytes the counters keep: both crates
+    /// must mean the same length.
+    #[test]
+    fn the_counted_name_is_the_counters_name() {
+        assert_eq!(opencf_config::COUNTED_NAME_BYTES, opencf_stat::NAME_MAX);
+    }
+
     fn report(provider_error: bool, slot_error: bool) -> probe::ProviderReport {
         let errors = |on: bool| {
             if on {

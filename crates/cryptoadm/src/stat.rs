@@ -67,7 +67,11 @@ pub fn run(args: &StatArgs, json: bool) -> Result<u8, Fail> {
         return Err(usage("--count needs a positive number"));
     }
     let filter = Filter {
-        provider: args.provider.clone(),
+        // The counters keep the first bytes of a configured name: a full name finds its rows.
+        provider: args
+            .provider
+            .as_deref()
+            .map(|p| opencf_config::counted_name(p).to_string()),
         mechanism: match &args.mechanism {
             None => None,
             Some(m) => Some(

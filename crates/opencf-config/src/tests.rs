@@ -208,6 +208,27 @@ fn duplicate_and_empty_names_rejected() {
     expect_err("[metaslot]\nkeystore = ''\n", 2, "empty token label");
 }
 
+/// Two names the live counters would cut to the same first 32 bytes are one provider to
+/// `cryptoadm stat`: refused, with both names; a long name alone is fine.
+#[test]
+fn names_alike_in_their_counted_bytes_rejected() {
+    let long = "provider-with-a-rather-long-name";
+    assert_eq!(long.len(), COUNTED_NAME_BYTES);
+    expect_err(
+        &format!(
+            "[[provider]]\nname = '{long}-a'\nmodule = 'b'\n\
+             [[provider]]\nname = '{long}-b'\nmodule = 'c'\n"
+        ),
+        5,
+        &format!("\"{long}-b\" agrees with \"{long}-a\" (line 2) in its first 32 bytes"),
+    );
+    let text = format!("[[provider]]\nname = '{long}-a'\nmodule = 'b'\n");
+    assert_eq!(parse(&text).unwrap().providers.len(), 1);
+    assert_eq!(counted_name(&format!("{long}-a")), long);
+    // Cut back to a character boundary: 31 ASCII bytes and a two-byte character.
+    assert_eq!(counted_name(&format!("{}é", &long[..31])), &long[..31]);
+}
+
 #[test]
 fn error_display_forms() {
     let e = ConfigError::new(Some(Path::new("/f")), None, "cannot read");

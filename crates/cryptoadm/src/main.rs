@@ -41,7 +41,10 @@ const EXIT_USAGE: u8 = 64;
 #[command(
     name = "cryptoadm",
     version,
-    about = "Administer the OpenCF cryptographic framework"
+    about = "Administer the OpenCF cryptographic framework",
+    after_help = "A change takes effect in each application at its next C_Initialize: a running \
+                  application keeps the providers and the policy it started with until it \
+                  initializes the library again (docs/METASLOT.md, \"Start-up\")."
 )]
 struct Cli {
     /// Configuration file to read and edit. Default: listings read the file the framework
@@ -90,7 +93,8 @@ enum Cmd {
     Enable { words: Vec<String> },
     /// disable provider=NAME mechanism=CKM_A,CKM_B|all [random] | disable metaslot [auto-key-migrate]
     Disable { words: Vec<String> },
-    /// Check the configuration and load every provider module.
+    /// Check the configuration and load every provider module, as the next application to
+    /// start will (a running application keeps what it loaded at its C_Initialize).
     Refresh,
     /// Live counters per provider × mechanism (see docs/STAT.md).
     Stat(stat::StatArgs),
@@ -204,7 +208,37 @@ fn edit<T>(
 ) -> Result<T, Fail> {
     let target_path = &target.edit.path;
     let created = !target_path.exists();
+    let before = std::fs::read_to_string(target_path).ok();
     let out = config::update_target(&target.edit, lib, f)?;
+    // The file is written anew: comments of its own are not kept. The file as it was goes to
+    // FILE.bak, and a note says so.
+    if let Some(old) = before.filter(|t| config::own_comment_lines(t) > 0) {
+        let mut bak = target_path.as_os_str().to_os_string();
+        bak.push(".bak");
+        let bak = PathBuf::from(bak);
+        let _ = std::fs::remove_file(&bak);
+        let saved = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&bak)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, old.as_bytes()));
+        match saved {
+            Ok(()) => eprintln!(
+                "cryptoadm: note: the edit rewrote {} without its {} comment line(s); the file \
+                 as it was is {}",
+                target_path.display(),
+                config::own_comment_lines(&old),
+                bak.display()
+            ),
+            Err(e) => eprintln!(
+                "cryptoadm: note: the edit rewrote {} without its {} comment line(s), and \
+                 could not save the file as it was to {}: {e}",
+                target_path.display(),
+                config::own_comment_lines(&old),
+                bak.display()
+            ),
+        }
+    }
     if !target.searched {
         return Ok(out);
     }

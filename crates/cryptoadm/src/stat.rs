@@ -81,6 +81,11 @@ pub fn run(args: &StatArgs, json: bool) -> Result<u8, Fail> {
         },
     };
     let dirs = dirs(args)?;
+    for d in &dirs {
+        if let Some(why) = counting_off_in(d) {
+            eprintln!("cryptoadm: note: {}: {why}", d.display());
+        }
+    }
     if args.reset {
         for d in &dirs {
             opencf_stat::reset(d)
@@ -120,6 +125,16 @@ pub fn run(args: &StatArgs, json: bool) -> Result<u8, Fail> {
         std::thread::sleep(every);
     }
     Ok(0)
+}
+
+/// Why the framework counts nothing in statistics directory `d`, when it is so: the writers
+/// refuse a directory that group or others may write (docs/STAT.md, "Never failing"), and an
+/// empty table would not say why.
+fn counting_off_in(d: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(d).ok()?;
+    (meta.is_dir() && meta.mode() & 0o022 != 0)
+        .then_some("writable by group or others: the framework counts nothing there")
 }
 
 /// --dir, else $OPENCF_STAT_DIR, else every user's directory for root, else the user's own.

@@ -342,6 +342,41 @@ fn policy_thresholds_are_listed() {
     );
 }
 
+/// An edit writes the file anew: comments a person wrote in it are not kept, so the file as
+/// it was is saved beside it (FILE.bak) and a note on stderr says so. A file with only the
+/// header cryptoadm writes gets no note and no copy.
+#[test]
+fn an_edit_saves_a_file_with_comments_of_its_own() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.cfg.parent().unwrap()).unwrap();
+    let mine = "# SHA-1 stays off: ticket SEC-1234\n[[provider]]\nname='accel'\nmodule='libx.so'\n";
+    std::fs::write(&e.cfg, mine).unwrap();
+    let (code, out) = e.code(&["disable", "provider=accel", "random"]);
+    assert_eq!(code, 0, "{out}");
+    let bak = e.cfg.with_extension("toml.bak");
+    assert!(
+        out.contains("without its 1 comment line(s)") && out.contains(&bak.display().to_string()),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&bak).unwrap(),
+        mine,
+        "the file as it was"
+    );
+    let now = std::fs::read_to_string(&e.cfg).unwrap();
+    assert!(
+        !now.contains("SEC-1234") && now.contains("cryptoadm rewrites the file"),
+        "{now}"
+    );
+    // The file cryptoadm wrote has no comment of its own: the next edit says nothing.
+    std::fs::remove_file(&bak).unwrap();
+    e.quiet(&["enable", "provider=accel", "random"]);
+    assert!(
+        !bak.exists(),
+        "no copy of a file without comments of its own"
+    );
+}
+
 #[test]
 fn metaslot_settings() {
     let e = Env::new();

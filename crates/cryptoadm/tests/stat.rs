@@ -284,6 +284,27 @@ fn damaged_totals_are_named_and_reset_repairs_them() {
     }
 }
 
+/// A statistics directory others may write is one the framework refuses to count in: the
+/// (empty) report says why on stderr, and still succeeds.
+#[test]
+fn a_directory_open_to_others_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = Env::new();
+    std::fs::create_dir_all(&e.stat).unwrap();
+    std::fs::set_permissions(&e.stat, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = e.run(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&e.stat.display().to_string())
+            && err.contains("writable by group or others: the framework counts nothing there"),
+        "{err}"
+    );
+    std::fs::set_permissions(&e.stat, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let o = e.run(&[]);
+    assert!(o.status.success() && o.stderr.is_empty(), "{:?}", o);
+}
+
 #[test]
 fn stat_interval_prints_deltas() {
     let e = Env::new();

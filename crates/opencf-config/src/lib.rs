@@ -770,7 +770,23 @@ pub fn to_toml_string(cfg: &Config) -> String {
             .collect(),
     };
     let body = toml::to_string(&out).expect("config serializes to TOML");
-    format!("# OpenCF configuration; edit with cryptoadm(1) or by hand.\n# Providers are listed in order of preference.\n\n{body}")
+    format!("{}\n{body}", HEADER.join("\n") + "\n")
+}
+
+/// The comment lines [`to_toml_string`] writes at the top of the file.
+pub const HEADER: [&str; 3] = [
+    "# OpenCF configuration; edit with cryptoadm(1) or by hand.",
+    "# Providers are listed in order of preference.",
+    "# cryptoadm rewrites the file: it keeps no other comment (the file before is saved as .bak).",
+];
+
+/// The comment lines of a configuration text that are not [`HEADER`]'s (nor its older
+/// two-line form): what an edit by `cryptoadm`, which writes the file anew, does not keep.
+pub fn own_comment_lines(text: &str) -> usize {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('#') && !HEADER.contains(l))
+        .count()
 }
 
 /// An exclusive lock on `path` + ".lock" (flock), held until dropped.

@@ -145,6 +145,18 @@ expect "--update-size row" '^  ours +1 +[0-9,]+ ' upd.out
 # 8. --chart with another format is refused before measuring.
 if "$CFSPEED" CKM_SHA256 --chart x.png >png.out 2>&1; then fail "--chart x.png accepted"; else expect "--chart x.png refused" 'only SVG is written' png.out; fi
 
+# 8a. A mechanism the configuration disables is skipped, with a note saying why it may be;
+#     a run that measured nothing exits 1.
+printf '[[provider]]\nname = "softtoken"\nmodule = "%s"\ndisabled = ["CKM_SHA256"]\n' \
+    "$WORK/bin/libopencf_softtoken.so" >sha-off.toml
+if OPENCF_CONF="$WORK/sha-off.toml" "$CFSPEED" CKM_SHA256 --sizes 16 --seconds 0.1 --runs 1 \
+    >off.out 2>&1; then
+    fail "a run that measured nothing exits 0"; cat off.out >&2
+else
+    expect "a run that measured nothing says so" '^cfspeed: nothing measured: .*disabled by the configuration' off.out
+    expect "the skipped mechanism's note" 'CKM_SHA256: ours does not list the mechanism \(not supported, or disabled' off.out
+fi
+
 # 8b. Output into a pipe that closes early (`cfspeed | head -1`): exit 0, no panic.
 set +o pipefail
 "$CFSPEED" CKM_SHA256 --sizes 16 --seconds 0.1 --runs 1 2>pipe.err | head -1 >pipe.out

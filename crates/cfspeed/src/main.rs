@@ -541,6 +541,8 @@ fn run(args: Args) -> Result<bool, String> {
         done: 0,
     };
     let mut all_ok = true;
+    // Benchmarks skipped because the module does not list their mechanism.
+    let mut unlisted = 0;
 
     for job in &jobs {
         let bench = job.bench;
@@ -559,7 +561,11 @@ fn run(args: Args) -> Result<bool, String> {
                 targets.push(Box::new(t))
             }
             Ok(None) => {
-                report::note(format!("{name}: ours does not list the mechanism; skipped"));
+                report::note(format!(
+                    "{name}: ours does not list the mechanism (not supported, or disabled by \
+                     the configuration: `cryptoadm list -p`); skipped"
+                ));
+                unlisted += 1;
                 skip(&mut progress);
                 continue;
             }
@@ -706,6 +712,14 @@ fn run(args: Args) -> Result<bool, String> {
     }
     report.notes = report::notes();
     finish(&args, &report)?;
+    if unlisted == jobs.len() {
+        // Nothing was measured: a run that only skips is not a result.
+        eprintln!(
+            "cfspeed: nothing measured: the module lists none of the mechanisms asked for (not \
+             supported, or disabled by the configuration: `cryptoadm list -p`)"
+        );
+        all_ok = false;
+    }
     Ok(all_ok)
 }
 

@@ -862,14 +862,38 @@ fn export(
                 "pem" | "pkcs8" => k.private_key_to_pem_pkcs8()?,
                 "der" => k.private_key_to_pkcs8()?,
                 "pkcs12" | "p12" => {
-                    let cert = cert_of_key(&s, h).ok();
+                    // The key's certificate when the token has one; two or more with its
+                    // id (a renewal) are refused rather than one left out without a word.
+                    let cert = match cert_of_key(&s, h) {
+                        Ok(c) => Some(c),
+                        Err(Error::NotFound(_)) => None,
+                        Err(Error::Ambiguous(m)) => {
+                            return Err(Error::Ambiguous(format!(
+                                "{m}: the PKCS#12 file would hold one of them; delete the one \
+                                 that is not wanted, or export the key as PEM and the \
+                                 certificate on its own; nothing was written"
+                            )))
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if let Some(c) = &cert {
+                        if !c.public_key()?.public_eq(&k) {
+                            return Err(Error::TokenState(format!(
+                                "the token's certificate with the key's id ({}) is not the \
+                                 key's: its public key differs; nothing was written",
+                                sel.describe()
+                            )));
+                        }
+                    }
                     let p = pass.get("password for the PKCS#12 file")?;
+                    crate::import::no_nul(&p, "the PKCS#12 file")?;
                     let mut b = Pkcs12::builder();
                     b.pkey(&k);
                     if let Some(c) = &cert {
                         b.cert(c);
                     }
-                    if let Some(l) = &sel.label {
+                    // The label as friendlyName, but one OpenSSL cannot take (a NUL byte).
+                    if let Some(l) = sel.label.as_ref().filter(|l| !l.contains(&0)) {
                         b.name(&String::from_utf8_lossy(l));
                     }
                     b.build2(&p)?.to_der()?

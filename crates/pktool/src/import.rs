@@ -73,24 +73,45 @@ pub fn read_pieces(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<P
             ),
             // The parameters of the EC key that follows; the key names its curve itself.
             "EC PARAMETERS" => continue,
-            l if l == "ENCRYPTED PRIVATE KEY"
-                || (l.ends_with("PRIVATE KEY") && block.contains("Proc-Type: 4,ENCRYPTED")) =>
-            {
-                if password.is_none() {
-                    password = Some(pass.get(&format!("password of {name}"))?);
-                }
-                let p = password
-                    .as_deref()
-                    .map(String::as_bytes)
-                    .unwrap_or_default();
-                Piece::Private(PKey::private_key_from_pem_passphrase(b, p).map_err(|_| {
-                    Error::Password(format!(
-                        "{name}: cannot decrypt the private key (wrong password?)"
-                    ))
-                })?)
-            }
+            // Encrypted or not: OpenSSL asks for a password only when the block is encrypted
+            // (a PKCS#8 or a traditional key, whatever its label and header spacing), and then
+            // gets the one pktool reads, never OpenSSL's own prompt.
             l if l.ends_with("PRIVATE KEY") => {
-                Piece::Private(PKey::private_key_from_pem(b).map_err(|_| bad("private key"))?)
+                let mut asked: Option<Error> = None;
+                let mut encrypted = false;
+                let key = PKey::private_key_from_pem_callback(b, |buf| {
+                    encrypted = true;
+                    if password.is_none() {
+                        match pass.get(&format!("password of {name}")) {
+                            Ok(p) => password = Some(p),
+                            Err(e) => {
+                                asked = Some(e);
+                                return Err(openssl::error::ErrorStack::get());
+                            }
+                        }
+                    }
+                    let p = password
+                        .as_deref()
+                        .map(String::as_bytes)
+                        .unwrap_or_default();
+                    let room = buf
+                        .get_mut(..p.len())
+                        .ok_or_else(openssl::error::ErrorStack::get)?;
+                    room.copy_from_slice(p);
+                    Ok(p.len())
+                });
+                if let Some(e) = asked {
+                    return Err(e);
+                }
+                Piece::Private(checked(
+                    key.map_err(|_| match encrypted {
+                        true => Error::Password(format!(
+                            "{name}: cannot decrypt the private key (wrong password?)"
+                        )),
+                        false => bad("private key"),
+                    })?,
+                    name,
+                )?)
             }
             l => return Err(Error::File(format!("{name}: PEM '{l}' is not importable"))),
         };
@@ -104,12 +125,47 @@ pub fn read_pieces(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<P
     Ok(pieces)
 }
 
+/// A private key read from a file, once OpenSSL's own check passes (`RSA_check_key`,
+/// `EC_KEY_check_key`): the primes and the CRT values make the modulus and the private
+/// exponent, a public point in the file is the private value's. Otherwise a file could store
+/// a private key beside a public key (and certificates, grouped by it) that are not its own,
+/// and a token that trusts its caller would take a key that cannot sign.
+fn checked(k: PKey<Private>, name: &str) -> Result<PKey<Private>> {
+    let why = |e: openssl::error::ErrorStack| {
+        Error::File(format!(
+            "{name}: the private key is not consistent with itself (OpenSSL's key check: {e}); \
+             nothing was imported"
+        ))
+    };
+    match k.id() {
+        openssl::pkey::Id::RSA if !k.rsa()?.check_key().map_err(why)? => {
+            return Err(Error::File(format!(
+                "{name}: the RSA private key is not consistent with itself; nothing was imported"
+            )))
+        }
+        openssl::pkey::Id::EC => k.ec_key()?.check_key().map_err(why)?,
+        _ => {}
+    }
+    Ok(k)
+}
+
 fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> {
+    // One DER object per file: bytes after it (two files joined with cat) would be dropped
+    // without a word, as OpenSSL's readers stop at the object's end.
+    if let Ok((_, _, rest)) = der_next(data) {
+        if !rest.is_empty() {
+            return Err(Error::File(format!(
+                "{name}: {} bytes follow the first DER object; pktool reads one DER object per \
+                 file (PEM holds several); nothing was imported",
+                rest.len()
+            )));
+        }
+    }
     if let Ok(c) = X509::from_der(data) {
         return Ok(vec![Piece::Cert(c)]);
     }
     if let Ok(k) = PKey::private_key_from_der(data) {
-        return Ok(vec![Piece::Private(k)]);
+        return Ok(vec![Piece::Private(checked(k, name)?)]);
     }
     if let Ok(k) = PKey::public_key_from_der(data) {
         return Ok(vec![Piece::Public(k)]);
@@ -121,7 +177,18 @@ fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> 
     };
     // OpenSSL's PKCS12_parse keeps the first key and puts the certificates of any other key
     // among the CA certificates: refuse such a file rather than import part of it.
-    let keys = p12_key_bags(data).unwrap_or(0);
+    // Counted in OpenSSL's DER re-encoding too, for a file whose outer parts are BER; a file
+    // whose keys cannot be counted is refused as one with several.
+    let keys = p12_key_bags(data)
+        .or_else(|| p12.to_der().ok().and_then(|der| p12_key_bags(&der)))
+        .ok_or_else(|| {
+            Error::File(format!(
+                "{name}: pktool cannot count the private keys of this PKCS#12 file (an encoding \
+                 it does not follow), and imports a PKCS#12 file only when it holds one; nothing \
+                 was imported. Convert it to PEM (openssl pkcs12 -in FILE -out all.pem) and \
+                 import that"
+            ))
+        })?;
     if keys > 1 {
         return Err(Error::File(format!(
             "{name}: the PKCS#12 file holds {keys} private keys and pktool imports one key per \
@@ -130,6 +197,7 @@ fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> 
         )));
     }
     let p = pass.get(&format!("password of {name}"))?;
+    no_nul(&p, name)?;
     let parsed = p12.parse2(&p).map_err(|_| {
         Error::Password(format!(
             "{name}: cannot open the PKCS#12 file: wrong password or damaged file (MAC check failed)"
@@ -137,7 +205,10 @@ fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> 
     })?;
     // A file of certificates alone (`openssl pkcs12 -export -nokeys`) is imported as any file
     // without a private key is: every certificate is its own.
-    let mut pieces: Vec<Piece> = parsed.pkey.map(Piece::Private).into_iter().collect();
+    let mut pieces: Vec<Piece> = match parsed.pkey {
+        Some(k) => vec![Piece::Private(checked(k, name)?)],
+        None => Vec::new(),
+    };
     pieces.extend(parsed.cert.map(Piece::Cert));
     pieces.extend(parsed.ca.into_iter().flatten().map(Piece::Cert));
     if pieces.is_empty() {
@@ -146,6 +217,17 @@ fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> 
         )));
     }
     Ok(pieces)
+}
+
+/// A password OpenSSL takes as a C string: one with a NUL byte cannot be given to it
+/// (`Error::Password`, exit 9), where the `openssl` crate would end the program.
+pub fn no_nul(p: &str, name: &str) -> Result<()> {
+    if p.contains('\0') {
+        return Err(Error::Password(format!(
+            "{name}: the password holds a NUL byte, which a PKCS#12 password cannot hold"
+        )));
+    }
+    Ok(())
 }
 
 const OID_DATA: &[u8] = &[
@@ -503,9 +585,18 @@ mod tests {
 
     /// A PKCS#12 file whose unencrypted SafeContents holds these keys in key bags.
     fn p12_with_keys(keys: &[&PKey<Private>]) -> Vec<u8> {
-        let data_info = |content: &[u8]| {
+        p12_encoded(keys, false)
+    }
+
+    /// [`p12_with_keys`], its outer data content a constructed OCTET STRING (BER) when `ber`.
+    fn p12_encoded(keys: &[&PKey<Private>], ber: bool) -> Vec<u8> {
+        let data_info = |content: &[u8], ber: bool| {
             let mut b = OID_DATA.to_vec();
-            b.extend(der_tlv(0xa0, &der_tlv(0x04, content)));
+            let octets = der_tlv(0x04, content);
+            b.extend(der_tlv(
+                0xa0,
+                &if ber { der_tlv(0x24, &octets) } else { octets },
+            ));
             der_tlv(0x30, &b)
         };
         let mut bags = Vec::new();
@@ -515,10 +606,22 @@ mod tests {
             bag.extend(der_tlv(0xa0, &k.private_key_to_pkcs8().unwrap()));
             bags.extend(der_tlv(0x30, &bag));
         }
-        let auth_safe = der_tlv(0x30, &data_info(&der_tlv(0x30, &bags)));
+        let auth_safe = der_tlv(0x30, &data_info(&der_tlv(0x30, &bags), false));
         let mut pfx = der_tlv(0x02, &[3]);
-        pfx.extend(data_info(&auth_safe));
+        pfx.extend(data_info(&auth_safe, ber));
         der_tlv(0x30, &pfx)
+    }
+
+    /// The same two keys with the file's outer parts in BER: counted in OpenSSL's DER
+    /// re-encoding and refused, not imported with one key dropped.
+    #[test]
+    fn pkcs12_with_two_keys_in_ber_is_refused() {
+        let (k1, k2) = (ec_key(), ec_key());
+        let ber = p12_encoded(&[&k1, &k2], true);
+        assert_eq!(p12_key_bags(&ber), None, "not followed as it is");
+        let e = read_pieces(&ber, "two.p12", &no_pass()).err().unwrap();
+        assert_eq!(e.exit_code(), crate::error::EXIT_FILE);
+        assert!(e.to_string().contains("holds 2 private keys"), "{e}");
     }
 
     #[test]

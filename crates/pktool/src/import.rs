@@ -49,6 +49,17 @@ fn pem_blocks<'a>(text: &'a str, name: &str) -> Result<Vec<(&'a str, &'a str)>> 
     Ok(out)
 }
 
+/// The DER inside a PEM block (its base64 lines, headers such as `Proc-Type` left out), when
+/// it decodes.
+fn pem_body(block: &str) -> Option<Vec<u8>> {
+    let b64: String = block
+        .lines()
+        .filter(|l| !l.starts_with("-----") && !l.contains(':') && !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    openssl::base64::decode_block(&b64).ok()
+}
+
 /// Every key and certificate in the file: all PEM blocks, one DER object, or a PKCS#12 file.
 pub fn read_pieces(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> {
     let bad = |what: &str| Error::File(format!("{name}: not a valid {what}"));
@@ -77,6 +88,9 @@ pub fn read_pieces(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<P
             // (a PKCS#8 or a traditional key, whatever its label and header spacing), and then
             // gets the one pktool reads, never OpenSSL's own prompt.
             l if l.ends_with("PRIVATE KEY") => {
+                if let Some(der) = pem_body(block) {
+                    check_iterations(&der, name)?;
+                }
                 let mut asked: Option<Error> = None;
                 let mut encrypted = false;
                 let key = PKey::private_key_from_pem_callback(b, |buf| {
@@ -150,6 +164,7 @@ fn checked(k: PKey<Private>, name: &str) -> Result<PKey<Private>> {
 }
 
 fn read_der(data: &[u8], name: &str, pass: &SecretSource) -> Result<Vec<Piece>> {
+    check_iterations(data, name)?;
     // One DER object per file: bytes after it (two files joined with cat) would be dropped
     // without a word, as OpenSSL's readers stop at the object's end.
     if let Ok((_, _, rest)) = der_next(data) {
@@ -225,6 +240,97 @@ pub fn no_nul(p: &str, name: &str) -> Result<()> {
     if p.contains('\0') {
         return Err(Error::Password(format!(
             "{name}: the password holds a NUL byte, which a PKCS#12 password cannot hold"
+        )));
+    }
+    Ok(())
+}
+
+/// The most key-derivation or MAC iterations a file may ask for: ten million, several times
+/// what current guidance asks of PBKDF2 (600,000 for SHA-256) and about as many seconds of
+/// work. OpenSSL has no bound: a file asking for 2^31 kept pktool busy for many minutes.
+pub const MAX_ITERATIONS: u64 = 10_000_000;
+
+/// The OIDs whose parameters begin with (salt, iteration count): PBKDF2
+/// (1.2.840.113549.1.5.12), the PKCS#5 PBES1 schemes (…1.5.1 to …1.5.11) and the PKCS#12
+/// PBE schemes (1.2.840.113549.1.12.1.1 to .6), as DER without their last arc.
+const OID_PKCS5_PREFIX: &[u8] = &[0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05];
+const OID_PKCS12_PBE_PREFIX: &[u8] = &[
+    0x06, 0x0a, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x01,
+];
+
+/// The largest iteration count a DER structure asks for anywhere: in the parameters of a
+/// password-based scheme (`(salt, count, …)` after one of the OIDs above), in a PKCS#12
+/// file's `MacData` (`(digest, salt, count)`), and inside OCTET STRINGs that hold DER (a
+/// PKCS#12 file's SafeContents). A count too long for 64 bits counts as `u64::MAX`.
+pub fn most_iterations(der: &[u8]) -> u64 {
+    fn count(int: &[u8]) -> u64 {
+        let digits = int.iter().skip_while(|b| **b == 0).count();
+        if digits > 8 {
+            return u64::MAX;
+        }
+        int.iter().fold(0u64, |a, b| (a << 8) | u64::from(*b))
+    }
+    fn children(body: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+        let mut out = Vec::new();
+        let mut rest = body;
+        while !rest.is_empty() {
+            let (whole, inner, next) = der_next(rest).ok()?;
+            out.push((whole, inner));
+            rest = next;
+        }
+        Some(out)
+    }
+    fn walk(body: &[u8], depth: u32) -> u64 {
+        let Some(kids) = children(body).filter(|_| depth < 16) else {
+            return 0;
+        };
+        let mut most = 0;
+        // (digest, salt, count): a MacData, or any scheme's parameters after its OID.
+        let tags: Vec<u8> = kids.iter().map(|(w, _)| w[0]).collect();
+        if tags.len() >= 3 && tags[..3] == [0x30, 0x04, 0x02] {
+            most = most.max(count(kids[2].1));
+        }
+        for (i, (whole, inner)) in kids.iter().enumerate() {
+            let pbe = whole.starts_with(OID_PKCS5_PREFIX)
+                && whole.len() == OID_PKCS5_PREFIX.len() + 1
+                || whole.starts_with(OID_PKCS12_PBE_PREFIX)
+                    && whole.len() == OID_PKCS12_PBE_PREFIX.len() + 1;
+            if pbe {
+                if let Some((params, p)) = kids.get(i + 1) {
+                    if params[0] == 0x30 {
+                        if let Some(ps) = children(p) {
+                            if let (Some((salt, _)), Some((it, n))) = (ps.first(), ps.get(1)) {
+                                if salt[0] == 0x04 && it[0] == 0x02 {
+                                    most = most.max(count(n));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let constructed = whole[0] & 0x20 != 0;
+            if constructed || whole[0] == 0x04 {
+                most = most.max(walk(inner, depth + 1));
+            }
+        }
+        most
+    }
+    walk(der, 0)
+}
+
+/// Refuses a file that asks for more than [`MAX_ITERATIONS`] (exit 4), before OpenSSL works
+/// through them.
+fn check_iterations(der: &[u8], name: &str) -> Result<()> {
+    let n = most_iterations(der);
+    if n > MAX_ITERATIONS {
+        return Err(Error::File(format!(
+            "{name}: the file asks for {} key-derivation or MAC iterations, more than the \
+             {MAX_ITERATIONS} pktool works through; nothing was imported",
+            if n == u64::MAX {
+                "more than 2^64".to_string()
+            } else {
+                n.to_string()
+            }
         )));
     }
     Ok(())
@@ -644,6 +750,8 @@ mod tests {
         b.pkey(&k).cert(&self_signed(&k, "user")).ca(chain);
         let der = b.build2("pw").unwrap().to_der().unwrap();
         assert_eq!(p12_key_bags(&der), Some(1));
+        // OpenSSL's default count, found in the MAC and the key's PBES2 parameters alike.
+        assert_eq!(most_iterations(&der), 2048);
         let pass = SecretSource {
             value: Some("pw".into()),
             ..Default::default()

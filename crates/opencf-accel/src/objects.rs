@@ -343,7 +343,7 @@ impl Object {
     pub fn flag(&self, kind: CK_ATTRIBUTE_TYPE) -> bool {
         self.attrs
             .iter()
-            .any(|a| a.kind == kind && matches!(a.value.as_slice(), [x] if *x != 0))
+            .any(|a| a.kind == kind && a.as_bool() == Ok(true))
     }
 
     /// Whether `CKA_ALLOWED_MECHANISMS` (empty: all) lets `mech` run.

@@ -304,7 +304,7 @@ fn ulong_of(v: &AttrValue) -> CkResult<CK_ULONG> {
 /// A `CK_BBOOL` read as the software token reads it: any byte but `CK_FALSE` is true (a key
 /// stored with the byte 2 in `CKA_ALWAYS_AUTHENTICATE` needs the PIN there, so it must here).
 fn is_true(v: &AttrValue) -> bool {
-    matches!(v, AttrValue::Value(b) if matches!(b.as_slice(), [x] if *x != 0))
+    matches!(v, AttrValue::Value(b) if opencf_abi::bool_from_bytes(b) == Ok(true))
 }
 
 /// Runs a two-call output function: size query, then the real call.
@@ -1096,13 +1096,7 @@ impl OpenCf {
                 // The operation stays active: a size query, or a buffer too small. Another
                 // candidate has taken it over from those that failed it (the call that
                 // follows goes straight to it): their fallbacks count now.
-                Ok(()) if query => {
-                    if let Some(op) = msr.ops[kind as usize].as_ref() {
-                        self.fallbacks(&left_behind, op.mech);
-                    }
-                    return r;
-                }
-                Err(CKR_BUFFER_TOO_SMALL) => {
+                Ok(()) | Err(CKR_BUFFER_TOO_SMALL) if query || r.is_err() => {
                     if let Some(op) = msr.ops[kind as usize].as_ref() {
                         self.fallbacks(&left_behind, op.mech);
                     }

@@ -212,7 +212,8 @@ fn edit<T>(
     let out = config::update_target(&target.edit, lib, f)?;
     // The file is written anew: comments of its own are not kept. The file as it was goes to
     // FILE.bak, and a note says so.
-    if let Some(old) = before.filter(|t| config::own_comment_lines(t) > 0) {
+    let own = before.as_deref().map_or(0, config::own_comment_lines);
+    if let (Some(old), true) = (&before, own > 0) {
         let mut bak = target_path.as_os_str().to_os_string();
         bak.push(".bak");
         let bak = PathBuf::from(bak);
@@ -222,22 +223,17 @@ fn edit<T>(
             .create_new(true)
             .open(&bak)
             .and_then(|mut f| std::io::Write::write_all(&mut f, old.as_bytes()));
-        match saved {
-            Ok(()) => eprintln!(
-                "cryptoadm: note: the edit rewrote {} without its {} comment line(s); the file \
-                 as it was is {}",
-                target_path.display(),
-                config::own_comment_lines(&old),
+        let kept = match saved {
+            Ok(()) => format!("; the file as it was is {}", bak.display()),
+            Err(e) => format!(
+                ", and could not save the file as it was to {}: {e}",
                 bak.display()
             ),
-            Err(e) => eprintln!(
-                "cryptoadm: note: the edit rewrote {} without its {} comment line(s), and \
-                 could not save the file as it was to {}: {e}",
-                target_path.display(),
-                config::own_comment_lines(&old),
-                bak.display()
-            ),
-        }
+        };
+        eprintln!(
+            "cryptoadm: note: the edit rewrote {} without its {own} comment line(s){kept}",
+            target_path.display()
+        );
     }
     if !target.searched {
         return Ok(out);
@@ -1100,13 +1096,6 @@ fn overrides_words(file: &config::MetaslotConfig, env: &config::MetaslotConfig) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The configuration refuses names alike in the bytes the counters keep: both crates
-    /// must mean the same length.
-    #[test]
-    fn the_counted_name_is_the_counters_name() {
-        assert_eq!(opencf_config::COUNTED_NAME_BYTES, opencf_stat::NAME_MAX);
-    }
 
     fn report(provider_error: bool, slot_error: bool) -> probe::ProviderReport {
         let errors = |on: bool| {

@@ -71,7 +71,7 @@ pub fn run(args: &StatArgs, json: bool) -> Result<u8, Fail> {
         provider: args
             .provider
             .as_deref()
-            .map(|p| opencf_config::counted_name(p).to_string()),
+            .map(|p| opencf_stat::truncate_name(p).to_string()),
         mechanism: match &args.mechanism {
             None => None,
             Some(m) => Some(

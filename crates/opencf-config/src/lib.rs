@@ -264,19 +264,6 @@ pub fn mechanism_from_name(name: &str) -> Option<CK_MECHANISM_TYPE> {
     None
 }
 
-/// The bytes of a provider's name that the live counters keep (`opencf_stat::NAME_MAX`).
-pub const COUNTED_NAME_BYTES: usize = 32;
-
-/// A provider's name as the live counters keep it: its first [`COUNTED_NAME_BYTES`] bytes,
-/// cut back to a character boundary.
-pub fn counted_name(name: &str) -> &str {
-    let mut end = name.len().min(COUNTED_NAME_BYTES);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    &name[..end]
-}
-
 /// Value → "CKM_AES_GCM", or "0x…" for values without a name (vendor mechanisms).
 pub fn mechanism_name(m: CK_MECHANISM_TYPE) -> String {
     match by_value().get(&m) {
@@ -616,15 +603,16 @@ pub fn parse_str(text: &str, file: Option<&Path>) -> Result<Config, ConfigError>
         }
         // The live counters keep the first bytes of a name: two names that agree there would
         // be counted as one provider (`cryptoadm stat`).
-        let cut = counted_name(name.get_ref());
+        let cut = opencf_stat::truncate_name(name.get_ref());
         if let Some((other, first)) = seen_cut.get(cut) {
             return Err(err(
                 name.span(),
                 format!(
                     "provider name \"{}\" agrees with \"{other}\" (line {first}) in its first \
-                     {COUNTED_NAME_BYTES} bytes, all the live counters keep of a name: the two \
+                     {} bytes, all the live counters keep of a name: the two \
                      would be counted as one",
-                    name.get_ref()
+                    name.get_ref(),
+                    opencf_stat::NAME_MAX
                 ),
             ));
         }

@@ -213,7 +213,7 @@ fn duplicate_and_empty_names_rejected() {
 #[test]
 fn names_alike_in_their_counted_bytes_rejected() {
     let long = "provider-with-a-rather-long-name";
-    assert_eq!(long.len(), COUNTED_NAME_BYTES);
+    assert_eq!(long.len(), opencf_stat::NAME_MAX);
     expect_err(
         &format!(
             "[[provider]]\nname = '{long}-a'\nmodule = 'b'\n\
@@ -224,9 +224,12 @@ fn names_alike_in_their_counted_bytes_rejected() {
     );
     let text = format!("[[provider]]\nname = '{long}-a'\nmodule = 'b'\n");
     assert_eq!(parse(&text).unwrap().providers.len(), 1);
-    assert_eq!(counted_name(&format!("{long}-a")), long);
+    assert_eq!(opencf_stat::truncate_name(&format!("{long}-a")), long);
     // Cut back to a character boundary: 31 ASCII bytes and a two-byte character.
-    assert_eq!(counted_name(&format!("{}é", &long[..31])), &long[..31]);
+    assert_eq!(
+        opencf_stat::truncate_name(&format!("{}é", &long[..31])),
+        &long[..31]
+    );
 }
 
 #[test]

@@ -57,7 +57,9 @@ use std::sync::{Mutex, OnceLock};
 use opencf_abi::shm::SharedCells;
 
 use layout::*;
-pub use layout::{bucket_high_ns, bucket_low_ns, HIST_BUCKETS, NAME_MAX, OTHER_MECH};
+pub use layout::{
+    bucket_high_ns, bucket_low_ns, truncate_name, HIST_BUCKETS, NAME_MAX, OTHER_MECH,
+};
 pub use reader::{
     collect, read, reset, user_dirs, MechKey, MechStats, NamedKey, Snapshot, BASELINE_FILE,
     RETAINED_FILE,

@@ -270,46 +270,35 @@ pub fn most_iterations(der: &[u8]) -> u64 {
         }
         int.iter().fold(0u64, |a, b| (a << 8) | u64::from(*b))
     }
-    fn children(body: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
-        let mut out = Vec::new();
-        let mut rest = body;
-        while !rest.is_empty() {
-            let (whole, inner, next) = der_next(rest).ok()?;
-            out.push((whole, inner));
-            rest = next;
+    fn is_pbe_oid(e: &[u8]) -> bool {
+        [OID_PKCS5_PREFIX, OID_PKCS12_PBE_PREFIX]
+            .iter()
+            .any(|p| e.starts_with(p) && e.len() == p.len() + 1)
+    }
+    /// The count of a scheme's parameters `(salt, count, …)`.
+    fn params_count(params: &[u8], body: &[u8]) -> Option<u64> {
+        let ps = (params[0] == 0x30).then(|| der_items(body)).flatten()?;
+        match ps.as_slice() {
+            [(salt, _), (it, n), ..] if salt[0] == 0x04 && it[0] == 0x02 => Some(count(n)),
+            _ => None,
         }
-        Some(out)
     }
     fn walk(body: &[u8], depth: u32) -> u64 {
-        let Some(kids) = children(body).filter(|_| depth < 16) else {
+        let Some(kids) = der_items(body).filter(|_| depth < 16) else {
             return 0;
         };
-        let mut most = 0;
-        // (digest, salt, count): a MacData, or any scheme's parameters after its OID.
-        let tags: Vec<u8> = kids.iter().map(|(w, _)| w[0]).collect();
-        if tags.len() >= 3 && tags[..3] == [0x30, 0x04, 0x02] {
-            most = most.max(count(kids[2].1));
-        }
+        // (digest, salt, count): a MacData.
+        let mut most = match kids.as_slice() {
+            [(d, _), (s, _), (c, n), ..] if [d[0], s[0], c[0]] == [0x30, 0x04, 0x02] => count(n),
+            _ => 0,
+        };
         for (i, (whole, inner)) in kids.iter().enumerate() {
-            let pbe = whole.starts_with(OID_PKCS5_PREFIX)
-                && whole.len() == OID_PKCS5_PREFIX.len() + 1
-                || whole.starts_with(OID_PKCS12_PBE_PREFIX)
-                    && whole.len() == OID_PKCS12_PBE_PREFIX.len() + 1;
-            if pbe {
-                if let Some((params, p)) = kids.get(i + 1) {
-                    if params[0] == 0x30 {
-                        if let Some(ps) = children(p) {
-                            if let (Some((salt, _)), Some((it, n))) = (ps.first(), ps.get(1)) {
-                                if salt[0] == 0x04 && it[0] == 0x02 {
-                                    most = most.max(count(n));
-                                }
-                            }
-                        }
-                    }
+            if is_pbe_oid(whole) {
+                if let Some(n) = kids.get(i + 1).and_then(|(p, b)| params_count(p, b)) {
+                    most = most.max(n);
                 }
             }
-            let constructed = whole[0] & 0x20 != 0;
-            if constructed || whole[0] == 0x04 {
+            if whole[0] & 0x20 != 0 || whole[0] == 0x04 {
                 most = most.max(walk(inner, depth + 1));
             }
         }
@@ -359,12 +348,23 @@ fn data_content(content_info: &[u8]) -> Option<&[u8]> {
     (octets.first() == Some(&0x04)).then_some(content)
 }
 
+/// The elements of a DER body, each whole and as its content; None when one is malformed.
+fn der_items(body: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (whole, inner, next) = der_next(rest).ok()?;
+        out.push((whole, inner));
+        rest = next;
+    }
+    Some(out)
+}
+
 /// Key bags (plain or shrouded) in a DER SafeContents, nested SafeContents included.
 fn key_bags_in(safe_contents: &[u8], depth: u32) -> Option<usize> {
-    let (_, mut bags, _) = der_next(safe_contents).ok()?;
+    let (_, bags, _) = der_next(safe_contents).ok()?;
     let mut n = 0;
-    while !bags.is_empty() {
-        let (_, bag, rest) = der_next(bags).ok()?;
+    for (_, bag) in der_items(bags)? {
         let (oid, _, value) = der_next(bag).ok()?;
         match oid.strip_prefix(OID_BAG_PREFIX) {
             Some([KEY_BAG | SHROUDED_KEY_BAG]) => n += 1,
@@ -374,7 +374,6 @@ fn key_bags_in(safe_contents: &[u8], depth: u32) -> Option<usize> {
             }
             _ => {}
         }
-        bags = rest;
     }
     Some(n)
 }
@@ -386,14 +385,12 @@ pub fn p12_key_bags(der: &[u8]) -> Option<usize> {
     let (_, pfx, _) = der_next(der).ok()?;
     let (_, _, rest) = der_next(pfx).ok()?; // version
     let (auth_safe, _, _) = der_next(rest).ok()?;
-    let (_, mut infos, _) = der_next(data_content(auth_safe)?).ok()?;
+    let (_, infos, _) = der_next(data_content(auth_safe)?).ok()?;
     let mut n = 0;
-    while !infos.is_empty() {
-        let (info, _, rest) = der_next(infos).ok()?;
+    for (info, _) in der_items(infos)? {
         if let Some(sc) = data_content(info) {
             n += key_bags_in(sc, 0)?;
         }
-        infos = rest;
     }
     Some(n)
 }
